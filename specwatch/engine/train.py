@@ -1,0 +1,162 @@
+"""Train the built-in engine's models deterministically from the corpus shipped in the repo.
+
+    python -m specwatch.engine.train --out specwatch/engine/models
+
+writes `target/` (Llama-style, 8 layers, d=256, byte vocab) and `draft-eagle3/` (EAGLE-3 head
+trained on aux ids [1,3,5]) plus `draft-eagle3-shifted/` (the same weights served with the
+slot-shifted ids [-1,1,3]: the classic misconfiguration). Recipe and measurements:
+/work/shared/engine.md (run "M2"). Takes ~15 min on 2 CPU cores; CI never runs it, because
+the small fp16 outputs are committed. Results are deterministic for a given torch version and
+thread count (default 2).
+
+`python -m specwatch.engine.train corpus` regenerates the frozen corpus file from this
+interpreter's `pydoc_data.topics` (only needed if the filter changes; the text differs between
+CPython patch releases, which is why the bytes are committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specwatch.engine.model import (KVView, ModelConfig, Target, capture_layers, init_weights,
+                                    load_target, num_params, save_model)
+
+CORPUS_PATH = Path(__file__).resolve().parent / "data" / "pydoc_topics_filtered.txt"
+CORPUS_BYTES = 110_000
+HELD_OUT_FRACTION = 0.05
+TARGET_CFG = ModelConfig(hidden_size=256, num_hidden_layers=8, num_attention_heads=4,
+                         intermediate_size=672, vocab_size=256, max_position_embeddings=512,
+                         rope_theta=10000.0, rms_norm_eps=1e-5)
+TRAIN_CTX = 256
+AUX_IDS = (1, 3, 5)
+SHIFTED_AUX_IDS = (-1, 1, 3)
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+def build_corpus(topics: dict[str, str]) -> bytes:
+    """The frozen training text: pydoc topics, keys sorted, joined by blank lines, keeping only
+    lines that are empty or >= 60 % alphanumeric/space (drops ASCII tables and `****` rules),
+    runs of 3+ newlines collapsed to 2, cut to the first 110,000 bytes."""
+    text = "\n\n".join(topics[k] for k in sorted(topics))
+    kept = [ln for ln in text.split("\n")
+            if not ln or sum(c.isalnum() or c == " " for c in ln) / len(ln) >= 0.6]
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
+    return text.encode("utf-8")[:CORPUS_BYTES]
+
+
+def load_corpus() -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, held_out) byte tensors of the shipped corpus (last 5 % held out)."""
+    data = torch.tensor(list(CORPUS_PATH.read_bytes()), dtype=torch.long)
+    cut = int(len(data) * (1 - HELD_OUT_FRACTION))
+    return data[:cut], data[cut:]
+
+
+def line_start_prompts(data: torch.Tensor, n: int, length: int) -> list[list[int]]:
+    """`n` prompts of `length` bytes, each starting at a line start, spread evenly over `data`."""
+    starts = [0] + [i + 1 for i in (data == 10).nonzero().flatten().tolist() if data[i + 1:i + 2].tolist() != [10]]
+    starts = [s for s in starts if s + length <= len(data)]
+    picks = [starts[round(j * (len(starts) - 1) / max(n - 1, 1))] for j in range(n)]
+    return [data[s:s + length].tolist() for s in picks]
+
+
+# ----------------------------------------------------------------------------- schedule helpers
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10 % of `peak`."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / max(total - warmup, 1)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def make_optimizer(params, lr: float):
+    params = [p for p in params if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+
+def windows(data: torch.Tensor, n: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    idx = torch.randint(0, len(data) - length, (n,), generator=gen)
+    return data[idx[:, None] + torch.arange(length)]
+
+
+# ----------------------------------------------------------------------------- target
+
+
+def train_target(steps: int = 450, batch: int = 16, lr: float = 2e-3, seed: int = 0, log=print) -> Target:
+    """Train the target on random 256-byte windows of the corpus (bf16 autocast, AdamW)."""
+    train, held = load_corpus()
+    torch.manual_seed(seed)
+    model = Target(TARGET_CFG)
+    init_weights(model)
+    opt = make_optimizer(model.parameters(), lr)
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.arange(TRAIN_CTX)[None].expand(batch, TRAIN_CTX)
+    log(f"target: {num_params(model) / 1e6:.2f} M params, {steps} steps of {batch}x{TRAIN_CTX}")
+    t0 = time.time()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, lr, warmup=30)
+        x = windows(train, batch, TRAIN_CTX + 1, gen)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, _ = model(x[:, :-1], pos)
+        loss = F.cross_entropy(logits.float().reshape(-1, 256), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 25 == 0 or step == steps - 1:
+            log(f"target step {step} loss {loss.item():.4f} {time.time() - t0:.0f}s")
+    model.eval().requires_grad_(False)
+    with torch.inference_mode():
+        x = held[: (len(held) - 1) // TRAIN_CTX * TRAIN_CTX + 1]
+        xs = x[:-1].view(-1, TRAIN_CTX)
+        ys = x[1:].view(-1, TRAIN_CTX)
+        logits, _ = model(xs, torch.arange(TRAIN_CTX)[None].expand_as(xs))
+        val = F.cross_entropy(logits.reshape(-1, 256), ys.reshape(-1)).item()
+        acc = (logits.argmax(-1) == ys).float().mean().item()
+    log(f"target held-out loss {val:.4f} nats, next-byte acc {acc:.3f}")
+    return model
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specwatch.engine.train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", nargs="?", default="models", choices=["models", "corpus"],
+                    help="models (default): train and write the model dirs; corpus: rewrite the corpus file")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "models"))
+    ap.add_argument("--phase", default="all", choices=["all", "target", "draft"],
+                    help="draft reuses <out>/target")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (results depend on it)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.what == "corpus":
+        import pydoc_data.topics
+
+        CORPUS_PATH.write_bytes(build_corpus(pydoc_data.topics.topics))
+        print(f"wrote {CORPUS_PATH} ({CORPUS_PATH.stat().st_size} bytes)")
+        return
+    out = Path(args.out)
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    if args.phase in ("all", "target"):
+        save_model(train_target(log=log), out / "target")
+        log(f"wrote {out / 'target'}")
+    if args.phase in ("all", "draft"):
+        train_and_save_drafts(out, log=log)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Triton draft top-k (split-V online log-sum-exp + two-level top-k). Loaded lazily by `draft_topk`.
+
+Pass 1, grid (R, nsplit): each program streams its vocabulary chunk in [BLOCK // 32, 32] tiles,
+keeps an online (max, sum-exp) and the running top-K of GROUP maxima (32 consecutive logits),
+ordered by (max desc, group index asc). A tile is only examined when its maximum can enter that set.
+Pass 2, one program per row: merges the (max, sum) pairs into the lse, picks the top-K groups over
+all splits, re-reads those K*32 logits and extracts the exact top-K (lowest index wins ties).
+Why it is exact: every top-K element lies in one of the top-K groups under that group order: a
+group ranked before an element's group holds an element that beats it (larger, or equal and at a
+lower index), so K such groups would push the element out of the top-K.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+GROUP = 32
+LOG2E = tl.constexpr(1.4426950408889634)
+NEG_INF = tl.constexpr(float("-inf"))
+SENTINEL_GROUP = tl.constexpr(1 << 30)  # groups of empty slots; above every real group index
+BIG_INDEX = tl.constexpr(2147483647)
+
+
+@triton.jit
+def _draft_topk_partial_kernel(
+    logits_ptr, stride_row, vocab, chunk,
+    part_m_ptr, part_s_ptr, part_v_ptr, part_g_ptr, nsplit,
+    K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr,
+):
+    row = tl.program_id(0)
+    split = tl.program_id(1)
+    NG: tl.constexpr = BLOCK // GROUP_SIZE
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    start = split * chunk
+    end = tl.minimum(start + chunk, vocab)
+    gi_local = tl.arange(0, NG)
+    col = tl.arange(0, GROUP_SIZE)
+    slot = tl.arange(0, KP)
+    # Empty slots hold -inf with distinct sentinel groups; padding slots (>= K) hold +inf so they
+    # are never the worst slot.
+    top_v = tl.where(slot < K, NEG_INF, float("inf"))
+    top_g = tl.where(slot < K, SENTINEL_GROUP + slot, -1)
+    run_m = NEG_INF
+    run_s = 0.0
+    for tile_start in range(start, end, BLOCK):
+        offs = tile_start + gi_local[:, None] * GROUP_SIZE + col[None, :]
+        x = tl.load(row_ptr + offs, mask=offs < end, other=NEG_INF).to(tl.float32)
+        gmax = tl.max(x, axis=1)
+        tile_max = tl.max(gmax, axis=0)
+        new_m = tl.maximum(run_m, tile_max)
+        safe_m = tl.where(new_m == NEG_INF, 0.0, new_m)
+        run_s = run_s * tl.math.exp2((run_m - safe_m) * LOG2E) + tl.sum(
+            tl.sum(tl.math.exp2((x - safe_m) * LOG2E), axis=1), axis=0)
+        run_m = new_m
+        worst_v = tl.min(top_v, axis=0)
+        if tile_max >= worst_v:
+            gid = tile_start // GROUP_SIZE + gi_local
+            taken = (tile_start + gi_local * GROUP_SIZE) >= end
+            go = 1
+            n_in = 0
+            while (go != 0) & (n_in < K):
+                worst_v = tl.min(top_v, axis=0)
+                worst_g = tl.max(tl.where(top_v == worst_v, top_g, -1), axis=0)
+                cand = tl.where(taken, NEG_INF, gmax)
+                best_v = tl.max(cand, axis=0)
+                best_g = tl.min(tl.where((cand == best_v) & (~taken), gid, BIG_INDEX), axis=0)
+                better = (best_v > worst_v) | ((best_v == worst_v) & (best_g < worst_g))
+                if better:
+                    hit = top_g == worst_g
+                    top_v = tl.where(hit, best_v, top_v)
+                    top_g = tl.where(hit, best_g, top_g)
+                    taken = taken | (gid == best_g)
+                    n_in += 1
+                else:
+                    go = 0
+    out = row.to(tl.int64) * nsplit + split
+    tl.store(part_m_ptr + out, run_m)
+    tl.store(part_s_ptr + out, run_s)
+    tl.store(part_v_ptr + out * K + slot, top_v, mask=slot < K)
+    tl.store(part_g_ptr + out * K + slot, top_g, mask=slot < K)
+
+
+@triton.jit
+def _draft_topk_merge_kernel(
+    logits_ptr, stride_row, vocab,
+    part_m_ptr, part_s_ptr, part_v_ptr, part_g_ptr, nsplit,
+    hot_ptr, out_p_ptr, out_i_ptr,
+    K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, GROUP_SIZE: tl.constexpr,
+    HAS_HOT: tl.constexpr,
+):
+    row = tl.program_id(0)
+    row64 = row.to(tl.int64)
+    # log-sum-exp over splits
+    sp = tl.arange(0, NSP)
+    pm = tl.load(part_m_ptr + row64 * nsplit + sp, mask=sp < nsplit, other=NEG_INF)
+    ps = tl.load(part_s_ptr + row64 * nsplit + sp, mask=sp < nsplit, other=0.0)
+    m = tl.max(pm, axis=0)
+    safe_m = tl.where(m == NEG_INF, 0.0, m)
+    s = tl.sum(ps * tl.math.exp2((pm - safe_m) * LOG2E), axis=0)
+    lse = safe_m + tl.log(s)
+    # top-K groups over all splits' candidates, by (max desc, group asc)
+    c = tl.arange(0, NSP * KP)
+    c_split = c // KP
+    c_slot = c % KP
+    c_ok = (c_split < nsplit) & (c_slot < K)
+    c_off = row64 * nsplit * K + c_split * K + c_slot
+    cv = tl.load(part_v_ptr + c_off, mask=c_ok, other=NEG_INF)
+    cg = tl.load(part_g_ptr + c_off, mask=c_ok, other=BIG_INDEX)
+    taken = ~c_ok
+    slot = tl.arange(0, KP)
+    sel_g = tl.full([KP], SENTINEL_GROUP, tl.int32)
+    for j in tl.static_range(K):
+        v = tl.where(taken, NEG_INF, cv)
+        best_v = tl.max(v, axis=0)
+        best_g = tl.min(tl.where((v == best_v) & (~taken), cg, BIG_INDEX), axis=0)
+        sel_g = tl.where(slot == j, best_g, sel_g)
+        taken = taken | ((cg == best_g) & (v == best_v))
+    # exact top-K among the selected groups' logits
+    col = tl.arange(0, GROUP_SIZE)
+    idx = sel_g[:, None] * GROUP_SIZE + col[None, :]
+    ok = (slot[:, None] < K) & (sel_g[:, None] < SENTINEL_GROUP) & (idx < vocab)
+    row_ptr = logits_ptr + row64 * stride_row
+    x = tl.load(row_ptr + idx, mask=ok, other=NEG_INF).to(tl.float32)
+    taken2 = ~ok
+    out_v = tl.full([KP], NEG_INF, tl.float32)
+    out_i = tl.zeros([KP], tl.int32)
+    for j in tl.static_range(K):
+        v = tl.where(taken2, NEG_INF, x)
+        best_v = tl.max(tl.max(v, axis=1), axis=0)
+        best_i = tl.min(tl.min(tl.where((v == best_v) & (~taken2), idx, BIG_INDEX), axis=1), axis=0)
+        out_v = tl.where(slot == j, best_v, out_v)
+        out_i = tl.where(slot == j, best_i, out_i)
+        taken2 = taken2 | (idx == best_i)
+    p = tl.exp(out_v - lse)
+    out_idx = out_i.to(tl.int64)
+    if HAS_HOT:
+        out_idx = tl.load(hot_ptr + out_idx, mask=slot < K, other=0)
+    tl.store(out_p_ptr + row64 * K + slot, p, mask=slot < K)
+    tl.store(out_i_ptr + row64 * K + slot, out_idx, mask=slot < K)
+
+
+# (rows, vocab) -> (BLOCK, num_warps). Chosen on the H200 sweep in benchmarks/bench_kernels.py
+# (--sweep); see benchmarks/results/kernels_h200.md.
+def _config(rows: int, vocab: int) -> tuple[int, int]:
+    if vocab <= 8192:
+        return 1024, 4
+    return 4096, 8
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4  # interpreter: a few splits so the merge path is exercised
+
+
+def plan_splits(rows: int, vocab: int, block: int, device: torch.device, programs_per_sm: int = 6) -> tuple[int, int]:
+    """(nsplit, chunk): vocabulary split so that rows * nsplit ~ programs_per_sm * #SMs; chunk is a multiple of block."""
+    tiles = triton.cdiv(vocab, block)
+    want = max(1, triton.cdiv(programs_per_sm * _num_sms(device), max(rows, 1)))
+    nsplit = min(tiles, want)
+    chunk = triton.cdiv(tiles, nsplit) * block
+    return triton.cdiv(vocab, chunk), chunk
+
+
+def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor | None = None,
+                      block: int | None = None, num_warps: int | None = None, nsplit: int | None = None):
+    """Launch both passes. `block`, `num_warps`, `nsplit` override the tuned choice (benchmarks, tests)."""
+    if logits.dim() != 2 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"draft_topk: logits must be [R, V] fp32/bf16/fp16, got {tuple(logits.shape)} {logits.dtype}")
+    rows, vocab = logits.shape
+    if not 1 <= k <= vocab or k > 64:
+        raise ValueError(f"draft_topk: k={k} must be in [1, min(V={vocab}, 64)]")
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    device = logits.device
+    out_p = torch.empty(rows, k, dtype=torch.float32, device=device)
+    out_i = torch.empty(rows, k, dtype=torch.int64, device=device)
+    if rows == 0:
+        return out_p, out_i
+    cfg_block, cfg_warps = _config(rows, vocab)
+    block = block or cfg_block
+    num_warps = num_warps or cfg_warps
+    if nsplit is None:
+        nsplit, chunk = plan_splits(rows, vocab, block, device)
+    else:
+        chunk = triton.cdiv(triton.cdiv(vocab, nsplit), block) * block
+        nsplit = triton.cdiv(vocab, chunk)
+    kp = triton.next_power_of_2(k)
+    part_m = torch.empty(rows, nsplit, dtype=torch.float32, device=device)
+    part_s = torch.empty(rows, nsplit, dtype=torch.float32, device=device)
+    part_v = torch.empty(rows, nsplit, k, dtype=torch.float32, device=device)
+    part_g = torch.empty(rows, nsplit, k, dtype=torch.int32, device=device)
+    _draft_topk_partial_kernel[(rows, nsplit)](
+        logits, logits.stride(0), vocab, chunk, part_m, part_s, part_v, part_g, nsplit,
+        K=k, KP=kp, BLOCK=block, GROUP_SIZE=GROUP, num_warps=num_warps)
+    hot = hot_token_id if hot_token_id is not None else out_i
+    if hot_token_id is not None and (hot.device != device or hot.dtype != torch.int64):
+        hot = hot.to(device=device, dtype=torch.int64)
+    _draft_topk_merge_kernel[(rows,)](
+        logits, logits.stride(0), vocab, part_m, part_s, part_v, part_g, nsplit,
+        hot, out_p, out_i,
+        K=k, KP=kp, NSP=triton.next_power_of_2(nsplit), GROUP_SIZE=GROUP,
+        HAS_HOT=hot_token_id is not None, num_warps=4)
+    return out_p, out_i

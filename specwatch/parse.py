@@ -66,6 +66,7 @@ class Record:
     process: str | None = None     # vLLM process tag / Ray actor tag
     ranks: dict[str, int] = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)
+    form: str | None = None        # server_args only: "repr" (<= 0.5.18) or "dict" (0.5.19+)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "timestamp": self.timestamp}
@@ -314,7 +315,8 @@ def _parse_server_args_line(line: str, at: int) -> Record | Rejected | None:
     except ValueError as exc:
         return Rejected("server_args", str(exc))
     ts, rank, ranks, process = head
-    return Record("server_args", ts, rank, process, ranks, args)
+    return Record("server_args", ts, rank, process, ranks, args,
+                  form="dict" if payload.startswith("{") else "repr")
 
 
 def parse_line(line: str) -> Record | Rejected | None:

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specwatch.engine.model import (KVView, ModelConfig, Target, capture_layers, init_weights,
-                                    load_target, num_params, save_model)
+from specwatch.engine.model import (Eagle3Draft, KVView, ModelConfig, Target, capture_layers,
+                                    init_weights, load_target, num_params, save_model)
 
 CORPUS_PATH = Path(__file__).resolve().parent / "data" / "pydoc_topics_filtered.txt"
 CORPUS_BYTES = 110_000
@@ -130,6 +130,147 @@ def train_target(steps: int = 450, batch: int = 16, lr: float = 2e-3, seed: int 
         acc = (logits.argmax(-1) == ys).float().mean().item()
     log(f"target held-out loss {val:.4f} nats, next-byte acc {acc:.3f}")
     return model
+
+
+# ----------------------------------------------------------------------------- draft
+
+DRAFT_STEPS = 600
+NUM_SELF_DISTILL = 512
+NUM_CORPUS_WINDOWS = 1024
+TTT_STEPS = 3  # training-time test: unrolled draft steps per position, weighted 0.8**j
+
+
+def draft_config(draft_vocab_size: int, aux_ids=AUX_IDS) -> ModelConfig:
+    return ModelConfig(hidden_size=256, num_hidden_layers=1, num_attention_heads=4, intermediate_size=672,
+                       vocab_size=256, max_position_embeddings=TARGET_CFG.max_position_embeddings,
+                       rope_theta=10000.0, rms_norm_eps=1e-5, draft_vocab_size=draft_vocab_size,
+                       aux_layer_ids=tuple(aux_ids), target_hidden_size=TARGET_CFG.hidden_size)
+
+
+@torch.inference_mode()
+def self_distill(target: Target, train: torch.Tensor, n: int, gen: torch.Generator, batch: int = 64,
+                 length: int = TRAIN_CTX) -> torch.Tensor:
+    """[n, length] sequences: a corpus prompt of 16-64 bytes starting at a line start, then the
+    target's greedy fp32 continuation (KV-cached, `batch` sequences at a time)."""
+    cfg = target.cfg
+    starts = torch.tensor([0] + [i + 1 for i in (train[:-length] == 10).nonzero().flatten().tolist()])
+    out = []
+    for _ in range(0, n, batch):
+        plen = int(torch.randint(16, 65, (1,), generator=gen))
+        s = starts[torch.randint(0, len(starts), (batch,), generator=gen)]
+        seq = torch.zeros(batch, length, dtype=torch.long)
+        seq[:, :plen] = train[s[:, None] + torch.arange(plen)]
+        k = torch.zeros(cfg.num_hidden_layers, batch, cfg.num_attention_heads, length, cfg.head_dim)
+        v = torch.zeros_like(k)
+        slots = torch.arange(batch)
+        kv = KVView(k, v, slots, torch.arange(plen).expand(batch, plen), plen,
+                    torch.ones(plen, plen, dtype=torch.bool).tril()[None, None], (0, batch))
+        logits, _ = target(seq[:, :plen], torch.arange(plen).expand(batch, plen), kv)
+        for t in range(plen, length):
+            seq[:, t] = logits[:, -1].argmax(-1)
+            if t == length - 1:
+                break
+            kv = KVView(k, v, slots, torch.full((batch, 1), t), t + 1, None, (0, batch))
+            logits, _ = target(seq[:, t:t + 1], torch.full((batch, 1), t), kv)
+        out.append(seq)
+    return torch.cat(out)[:n]
+
+
+@torch.inference_mode()
+def dump_features(target: Target, seqs: torch.Tensor, hot: torch.Tensor, chunk: int = 32):
+    """Aux states at AUX_IDS ([N, T, 3d] fp16) and the target's next-token distribution over the
+    draft vocab ([N, T, Vd] fp16) for every sequence (bf16 forward)."""
+    capture = capture_layers(AUX_IDS, target.cfg.num_hidden_layers)
+    aux_all, probs_all = [], []
+    pos = torch.arange(seqs.shape[1])
+    for i in range(0, len(seqs), chunk):
+        x = seqs[i:i + chunk]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, aux = target(x, pos.expand_as(x), capture=capture)
+        aux_all.append(aux.half())
+        probs_all.append(logits.float().softmax(-1)[..., hot].half())
+    return torch.cat(aux_all), torch.cat(probs_all)
+
+
+def ttt_loss(draft: Eagle3Draft, embed, x, aux, probs):
+    """EAGLE-3 training-time test over TTT_STEPS unrolled steps; returns (loss, step-1 agreement).
+
+    Step j at row i stands for draft position i+j: it reads token x[i+1+j] and, for j > 0, the
+    draft's own pre-norm output of step j-1 at row i; it attends causally to the step-0 keys and
+    to its own row of steps 1..j (the keys a chain step sees at inference), and is trained toward
+    the target's distribution of token x[i+2+j].
+    """
+    B, T = x.shape
+    n = T - 1
+    attn = draft.midlayer.self_attn
+    xpad = F.pad(x, (0, TTT_STEPS))
+    ppad = F.pad(probs, (0, 0, 0, TTT_STEPS))
+    rows = torch.arange(n)
+    hidden, keys, vals = aux[:, :n], [], []
+    total, agree = 0.0, None
+    eye = torch.eye(n, dtype=torch.bool)
+    for j in range(TTT_STEPS):
+        emb = embed(xpad[:, 1 + j:1 + j + n])
+        xin, residual = draft.layer_input(emb, hidden)
+        cos, sin = draft.rope((rows + j)[None])
+        q, k, v = attn.qkv(xin, cos, sin)
+        keys.append(k)
+        vals.append(v)
+        mask = torch.cat([torch.ones(n, n, dtype=torch.bool).tril()] + [eye] * j, dim=1)
+        o = F.scaled_dot_product_attention(q, torch.cat(keys, 2), torch.cat(vals, 2), attn_mask=mask)
+        logits, hidden = draft.layer_output(attn.out(o), residual)
+        target_p = ppad[:, 1 + j:1 + j + n].float()
+        valid = (rows <= n - 1 - j).float()[None]  # row i predicts x[i+2+j], which must exist
+        ce = -(target_p * logits.float().log_softmax(-1)).sum(-1)
+        total = total + (0.8 ** j) * (ce * valid).sum() / (valid.sum() * B)
+        if j == 0:
+            agree = ((logits.argmax(-1) == target_p.argmax(-1)).float() * valid).sum() / (valid.sum() * B)
+    return total, agree.item()
+
+
+def train_draft(target: Target, steps: int = DRAFT_STEPS, batch: int = 16, lr: float = 2e-3, seed: int = 0,
+                log=print) -> Eagle3Draft:
+    """Train the EAGLE-3 head on self-distilled + corpus sequences (recipe: engine.md run M2)."""
+    train, _ = load_corpus()
+    hot = torch.unique(train)  # draft vocab = bytes seen in the corpus; d2t maps back
+    gen = torch.Generator().manual_seed(seed + 1)
+    t0 = time.time()
+    seqs = torch.cat([self_distill(target, train, NUM_SELF_DISTILL, gen),
+                      windows(train, NUM_CORPUS_WINDOWS, TRAIN_CTX, gen)])
+    log(f"draft: {len(seqs)} sequences ({NUM_SELF_DISTILL} self-distilled) {time.time() - t0:.0f}s")
+    aux, probs = dump_features(target, seqs, hot)
+    log(f"draft: features dumped {tuple(aux.shape)} {time.time() - t0:.0f}s")
+    torch.manual_seed(seed)
+    draft = Eagle3Draft(draft_config(len(hot)))
+    init_weights(draft)
+    draft.d2t.copy_(hot - torch.arange(len(hot)))
+    opt = make_optimizer(draft.parameters(), lr)
+    embed = target.embed_tokens  # shared and frozen, as in SGLang
+    log(f"draft: {num_params(draft) / 1e6:.2f} M params, vocab {len(hot)}, {steps} steps of {batch}x{TRAIN_CTX}")
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, lr, warmup=20)
+        idx = torch.randint(0, len(seqs), (batch,), generator=gen)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, agree = ttt_loss(draft, embed, seqs[idx], aux[idx].float(), probs[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            log(f"draft step {step} loss {loss.item():.4f} step-1 agreement {agree:.3f} {time.time() - t0:.0f}s")
+    return draft.eval().requires_grad_(False)
+
+
+def train_and_save_drafts(out: Path, log=print) -> None:
+    """Train the draft against the *saved* (fp16-rounded) target and write both draft dirs."""
+    target = load_target(out / "target")
+    draft = train_draft(target, log=log)
+    save_model(draft, out / "draft-eagle3")
+    shifted = Eagle3Draft(draft_config(draft.cfg.draft_vocab_size, SHIFTED_AUX_IDS))
+    shifted.load_state_dict(draft.state_dict())
+    save_model(shifted, out / "draft-eagle3-shifted")
+    log(f"wrote {out / 'draft-eagle3'} and {out / 'draft-eagle3-shifted'}")
 
 
 def main(argv=None) -> None:

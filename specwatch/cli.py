@@ -1,0 +1,315 @@
+"""The `specwatch` command: a thin click layer over the library.
+
+Library errors become `click.ClickException` (a one-line message, exit 1) here and only here.
+Heavy stages (engine, sweep, dashboard) are imported when their command runs.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import math
+import sys
+
+import click
+
+from specwatch import store
+
+DB_HELP = "DuckDB file (env SPECWATCH_DB)."
+
+
+def db_option(f):
+    return click.option("--db", default=store.DEFAULT_DB, envvar="SPECWATCH_DB", show_default=True,
+                        type=click.Path(dir_okay=False), help=DB_HELP)(f)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.3f}" if abs(v) < 1e5 else f"{v:.0f}"
+    if isinstance(v, (dt.datetime, dt.date)):
+        return v.isoformat(sep=" ")
+    return str(v)
+
+
+def render(columns: list[str], rows: list[tuple], fmt: str, out=None) -> None:
+    """Print rows as an aligned table, CSV or JSON (one array)."""
+    out = out or sys.stdout
+    if fmt == "json":
+        json.dump([dict(zip(columns, r)) for r in rows], out, default=str, indent=1)
+        out.write("\n")
+        return
+    if fmt == "csv":
+        w = csv.writer(out)
+        w.writerow(columns)
+        w.writerows([[_fmt(v) for v in r] for r in rows])
+        return
+    cells = [[_fmt(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    out.write("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for r in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+
+
+@click.group()
+@click.version_option(package_name="specwatch")
+def cli():
+    """specwatch: does speculative decoding pay? Parse SGLang/vLLM logs, store them in DuckDB,
+    run config sweeps and compare accept length, accept rate and throughput against a baseline."""
+
+
+@cli.command("parse")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True)
+@click.option("--all", "all_kinds", is_flag=True,
+              help="Also print server_args, readiness and event lines, and rejected lines.")
+def parse_cmd(files, fmt, all_kinds):
+    """Print one JSON object per recognised metric line (file, line_no, kind, timestamp, rank or
+    process, and every printed field). Lines that only mention "accept" are not metric lines.
+
+    Example: specwatch parse server.log --format jsonl | head
+    """
+    from specwatch import ingest, parse
+
+    paths, problems = ingest.expand_paths(list(files))
+    for p in problems:
+        click.echo(f"specwatch parse: {p}", err=True)
+    read_any = False
+    out = sys.stdout
+    for path, _ in paths:
+        try:
+            fh = open(path, "rb")
+        except OSError as exc:
+            click.echo(f"specwatch parse: {path}: cannot read: {exc.strerror}", err=True)
+            continue
+        read_any = True
+        bad = []
+        with fh:
+            for line_no, raw in enumerate(fh, 1):
+                if not raw.endswith(b"\n"):
+                    break  # an incomplete last line is not parsed until it is complete
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    bad.append(line_no)
+                    text = raw.decode("utf-8", errors="replace")
+                got = parse.parse_line(text)
+                if got is None:
+                    continue
+                if isinstance(got, parse.Rejected):
+                    if all_kinds:
+                        obj = {"file": str(path), "line_no": line_no, "kind": "rejected",
+                               "looks_like": got.kind, "reason": got.reason, "field": got.field}
+                        out.write(json.dumps(obj) + "\n")
+                    continue
+                if got.kind not in parse.METRIC_KINDS and not all_kinds:
+                    continue
+                obj = {"file": str(path), "line_no": line_no, **got.as_dict()}
+                out.write(json.dumps(obj, default=str) + "\n")
+        if bad:
+            click.echo(f"specwatch parse: {path}:{bad[0]}: invalid UTF-8 ({len(bad)} line(s)); "
+                       "decoded with replacement characters", err=True)
+    if not read_any:
+        raise click.ClickException("nothing could be read")
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@db_option
+@click.option("--run", default=None, help="Run name for all files (default: each file's name).")
+def ingest(paths, db, run):
+    """Ingest log files or directories into the database. Re-running stores nothing twice; a file
+    that grew since is continued from where it stopped; a last line without its newline waits.
+
+    Example: specwatch ingest sample_logs/ --db runs.duckdb
+    """
+    from specwatch import ingest as ing
+
+    try:
+        results = ing.ingest_paths(db, list(paths), run)
+    except store.StoreError as exc:
+        raise click.ClickException(str(exc))
+    read = 0
+    for r in results:
+        for w in r.warnings:
+            click.echo(f"specwatch ingest: {w}", err=True)
+        if r.source_id is not None or r.lines:
+            read += 1
+            click.echo(f"{r.path}: {r.lines} new lines, {r.rows} rows stored"
+                       + (f", {r.rejected} rejected (see rejected_lines)" if r.rejected else ""))
+    if read == 0:
+        raise click.ClickException("nothing could be read")
+
+
+@cli.command()
+@click.argument("query")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+@click.option("--max-rows", default=1000, show_default=True, help="Row cap.")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds before the query is stopped.")
+def sql(query, db, fmt, max_rows, timeout):
+    """Run one read-only SQL query. Tables: runs, decode_windows, prefill_windows,
+    vllm_spec_windows, vllm_throughput_windows, server_configs, events, rejected_lines, requests,
+    sources, run_sources; views: config_summary, decode_windows_scoped.
+
+    Example: specwatch sql "SELECT run_name, accept_len FROM config_summary" --format csv
+    """
+    from specwatch import query as q
+
+    try:
+        res = q.run_sql(db, query, max_rows=max_rows, timeout_s=timeout)
+    except (q.QueryError, store.StoreError) as exc:
+        raise click.ClickException(str(exc))
+    render(res.columns, res.rows, fmt)
+    if res.truncated:
+        click.echo(f"(result cut at {res.max_rows} rows; raise --max-rows or add LIMIT)", err=True)
+
+
+@cli.command()
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+              show_default=True)
+@click.option("--run", default=None, help="Only this run (name or id).")
+@click.option("--sweep", default=None, help="Only this sweep.")
+def report(db, fmt, run, sweep):
+    """One row per run/config: window-weighted accept length, accept rate (printed, and recomputed
+    comparably across SGLang versions), generation throughput summed over DP ranks, client tok/s and
+    latency (sweeps), and speedup over a no-speculation baseline of the same model when one exists.
+
+    Example: specwatch report --db runs.duckdb --format json
+    """
+    from specwatch import query as q
+
+    try:
+        res = q.report(db, run=run, sweep=sweep)
+    except (q.QueryError, store.StoreError) as exc:
+        raise click.ClickException(str(exc))
+    if fmt == "table":
+        keep = [i for i, c in enumerate(res.columns)
+                if any(r[i] is not None for r in res.rows) or c in ("run_name", "accept_len")]
+        render([res.columns[i] for i in keep], [tuple(r[i] for i in keep) for r in res.rows], fmt)
+    else:
+        render(res.columns, res.rows, fmt)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@db_option
+@click.option("--run", default=None, help="Run name (default: each file's name).")
+@click.option("--poll-interval", default=0.25, show_default=True,
+              help="Seconds between polls when file-system events are not delivered.")
+def tail(files, db, run, poll_interval):
+    """Follow growing log files and ingest new complete lines as they appear, exactly once, across
+    rotation (rename or copy-truncate), truncation and restarts, until SIGINT/SIGTERM.
+
+    Example: specwatch tail /var/log/sglang/server.log --db runs.duckdb --run llama-eagle3
+    """
+    from specwatch import tail as tl
+
+    try:
+        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval)
+    except store.StoreError as exc:
+        raise click.ClickException(str(exc))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                               "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve(args):
+    """Start the built-in engine: a small real EAGLE-3 speculative decoder on CPU that accepts
+    SGLang's launch_server flags, HTTP API and log format (`--help` lists its flags).
+
+    Example: specwatch serve --model-path builtin:target --speculative-algorithm EAGLE3 --speculative-draft-model-path builtin:draft-eagle3 --port 30000
+    """
+    from specwatch.engine import server
+
+    sys.exit(server.main(list(args)))
+
+
+@cli.command("run-sweep")
+@click.argument("sweep_file", type=click.Path(exists=True, dir_okay=False))
+@db_option
+@click.option("--out-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+              help="Where server logs and per-run files go.")
+@click.option("--gpus", default=None, help="GPU ids to place configs on, e.g. 0,1,2,3 (default: CPU).")
+@click.option("--force", is_flag=True, help="Re-run configs that already finished.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def run_sweep(sweep_file, db, out_dir, gpus, force, as_json):
+    """Run every config of a sweep (plus a no-speculation baseline): launch the server, drive the
+    load, ingest its log, stop it, and print the comparison table. Re-running resumes.
+
+    Example: specwatch run-sweep examples/builtin_sweep.toml --db runs.duckdb
+    """
+    from specwatch import sweep
+
+    try:
+        code = sweep.run_sweep_cli(sweep_file, db=db, out_dir=out_dir, gpus=gpus, force=force,
+                                   as_json=as_json)
+    except (sweep.SweepError, store.StoreError) as exc:
+        raise click.ClickException(str(exc))
+    sys.exit(code)
+
+
+@cli.command()
+@db_option
+@click.option("--port", default=8501, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+def dashboard(db, port, host):
+    """Start the Streamlit dashboard comparing configs (reads the database read-only).
+
+    Example: specwatch dashboard --db runs.duckdb --port 8501
+    """
+    from specwatch import dashboard_launch
+
+    sys.exit(dashboard_launch.main(db=db, port=port, host=host))
+
+
+@cli.command()
+@db_option
+@click.option("--run", default=None, help="Only this run (name or id).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def doctor(db, run, fmt):
+    """Explain why speculative configs underperform: accept length near 1 (wrong aux layer ids?),
+    slower than baseline, DP ranks disagreeing, CUDA graph off, queue growing, KV pressure, ...
+
+    Example: specwatch doctor --db runs.duckdb --run eagle3-shifted
+    """
+    from specwatch import doctor as doc
+
+    try:
+        sys.exit(doc.main(db=db, run=run, fmt=fmt))
+    except store.StoreError as exc:
+        raise click.ClickException(str(exc))
+
+
+@cli.command()
+@click.option("--dump", "dump_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Per-layer hidden states of the target (safetensors or torch file).")
+@click.option("--capture", "capture_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Aux hidden states the draft received.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def align(dump_path, capture_path, fmt):
+    """Decide which target layer each captured aux segment really is, and print the
+    eagle_aux_hidden_state_layer_ids the draft config should have.
+
+    Example: specwatch align --dump layers.safetensors --capture aux.safetensors
+    """
+    from specwatch import align as al
+
+    sys.exit(al.main(dump_path, capture_path, fmt=fmt))
+
+
+def main():
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,418 @@
+"""Speculative decoder core of the built-in engine: EAGLE-3 drafting, tree verification, batching.
+
+`SpecDecoder` keeps a KV cache slot per running request and advances all of them together:
+`prefill` admits new requests (target + draft prefill, first token), `decode_step` runs one
+draft+verify iteration (or one plain target step without a draft) over whichever requests the
+caller passes, so requests join and leave between steps (continuous batching). The algorithm
+follows SGLang's EAGLE worker: S draft steps of top-k + candidate selection, `organize` to the
+N-1 best nodes, a tree (chain when topk = 1) verified in one target forward under a prefix+tree
+mask, greedy or sampling acceptance, accepted KV rows compacted, and a draft extend over the
+accepted tokens with the verify pass's aux states. Top-k, candidate selection, tree building and
+greedy verification go through `kernels.ops` (torch reference on CPU, Triton on CUDA).
+
+Not a server: no HTTP, stop strings, scheduling policy or logging (see server.py / scheduler.py).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kernels import ops
+from specwatch.engine.model import KVView, capture_layers, load_draft, load_target, models_dir  # noqa: F401
+
+DEFAULT_NUM_SLOTS = 32
+
+
+@dataclass
+class Request:
+    rid: str
+    input_ids: list[int]
+    max_new_tokens: int
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    output_ids: list[int] = field(default_factory=list)  # appended by prefill/decode_step
+    finished: bool = False  # set when max_new_tokens is reached
+    spec_verify_ct: int = 0  # verify steps this request took part in
+    spec_accepted_drafts: int = 0  # accepted draft tokens (bonus excluded)
+    spec_accept_histogram: list[int] = field(default_factory=list)  # verify steps by accepted drafts
+
+
+@dataclass
+class StepStats:
+    """One decode iteration (draft + verify, or one plain step) over the running batch."""
+
+    batch_size: int
+    num_accepted_drafts: int  # sum over requests, bonus excluded (SGLang's num_accepted)
+    num_generated_tokens: int  # tokens appended this step over all requests
+    num_proposed_drafts: int  # batch_size * (num_draft_tokens - 1); 0 without speculation
+
+
+@dataclass
+class PrefillStats:
+    num_new_seqs: int
+    num_new_tokens: int
+    num_cached_tokens: int
+
+
+@dataclass
+class _Seq:
+    """Decoder state of one running request."""
+
+    slot: int
+    seq_len: int  # tokens with target KV cached = all tokens except the last emitted one
+    last_token: int  # last emitted token: root of the next draft tree
+    gen: torch.Generator
+    topk_p: torch.Tensor | None = None  # [K] draft's first-step candidates (from prefill/extend)
+    topk_index: torch.Tensor | None = None  # [K] target ids
+    hidden: torch.Tensor | None = None  # [d] draft pre-norm state at the last position
+
+
+def resolve_model_path(name_or_path: str | Path) -> Path:
+    """`builtin:<name>` or a bare built-in name -> models_dir()/<name>; anything else is a path."""
+    s = str(name_or_path)
+    name = s.removeprefix("builtin:")
+    if s.startswith("builtin:") or (not Path(s).exists() and (models_dir() / name).is_dir()):
+        return models_dir() / name
+    return Path(s)
+
+
+def _mask(seq_lens: torch.Tensor, kv_len: int, local: torch.Tensor) -> torch.Tensor:
+    """Attention mask [B, 1, T, kv_len]: the whole prefix [0, seq_len) plus `local` [B|1, T, M]
+    over the M new cache positions seq_len .. seq_len+M-1 (stale entries beyond stay masked)."""
+    M = local.shape[-1]
+    rel = torch.arange(kv_len)[None, :] - seq_lens[:, None]  # [B, kv_len]
+    local = local.expand(seq_lens.shape[0], -1, -1)
+    picked = local.gather(2, rel.clamp(0, M - 1)[:, None, :].expand(-1, local.shape[1], -1))
+    return ((rel < 0)[:, None, :] | (picked & (rel < M)[:, None, :]))[:, None]
+
+
+class SpecDecoder:
+    """EAGLE-3 speculative decoder (or a plain decoder when `draft_path` is None).
+
+    num_steps (S), topk (K), num_draft_tokens (N) follow SGLang's speculative_* flags; defaults
+    S=3, K=1, N=S+1 (a chain). aux_layer_ids overrides the draft config's
+    eagle_aux_hidden_state_layer_ids (what a server would be misconfigured with).
+    max_total_tokens sets the KV capacity (slots = max_total_tokens // max_position_embeddings).
+    """
+
+    def __init__(self, target_path, draft_path=None, *, num_steps=None, topk=None, num_draft_tokens=None,
+                 device="cpu", max_total_tokens=None, seed=0, aux_layer_ids=None):
+        if str(device) != "cpu":
+            raise ValueError(f"device={device!r}: the built-in engine runs on CPU only")
+        self.target = load_target(resolve_model_path(target_path))
+        tcfg = self.target.cfg
+        self.context_len = tcfg.max_position_embeddings
+        self.draft = None
+        self.num_steps = self.topk = self.num_draft_tokens = None
+        if draft_path is not None:
+            self.draft = load_draft(resolve_model_path(draft_path), self.target)
+            self.num_steps = 3 if num_steps is None else int(num_steps)
+            self.topk = 1 if topk is None else int(topk)
+            max_n = self.topk + (self.num_steps - 1) * self.topk ** 2 + 1
+            self.num_draft_tokens = (self.num_steps + 1 if self.topk == 1 else min(max_n, 2 * self.num_steps + 2)) \
+                if num_draft_tokens is None else int(num_draft_tokens)
+            if self.num_steps < 1 or self.topk < 1 or self.topk > self.draft.cfg.draft_vocab_size:
+                raise ValueError(f"speculative_num_steps={self.num_steps}, speculative_eagle_topk={self.topk}: "
+                                 f"need steps >= 1 and 1 <= topk <= {self.draft.cfg.draft_vocab_size}")
+            if not 2 <= self.num_draft_tokens <= max_n:
+                raise ValueError(
+                    f"speculative_num_draft_tokens={self.num_draft_tokens} must be in [2, {max_n}] "
+                    f"(= topk + (steps-1)*topk^2 + 1 with steps={self.num_steps}, topk={self.topk}); "
+                    f"lower it or raise --speculative-num-steps / --speculative-eagle-topk")
+            ids = self.draft.cfg.aux_layer_ids if aux_layer_ids is None else tuple(aux_layer_ids)
+            self.aux_layer_ids = ids
+            self.capture = capture_layers(ids, tcfg.num_hidden_layers, f"aux_layer_ids {list(ids)}")
+            if len(self.capture) != 3:
+                raise ValueError(f"aux_layer_ids {list(ids)}: the EAGLE-3 draft needs exactly 3 ids")
+            self.hot = self.draft.hot_token_id
+        self.zero_aux = False  # debug: feed the draft zeros instead of aux states (no-information floor)
+        self.seed = seed
+        slots = DEFAULT_NUM_SLOTS if max_total_tokens is None else max(1, int(max_total_tokens) // self.context_len)
+        self.max_total_num_tokens = slots * self.context_len
+        # Headroom past the context for tree nodes and padded extend rows (stale, never read).
+        cap = self.context_len + (self.num_draft_tokens or 1) + (self.num_steps or 1) * (self.topk or 1) + 1
+        hd, H = tcfg.head_dim, tcfg.num_attention_heads
+        self._tk = torch.zeros(tcfg.num_hidden_layers, slots, H, cap, hd)
+        self._tv = torch.zeros_like(self._tk)
+        if self.draft is not None:
+            dcfg = self.draft.cfg
+            self._dk = torch.zeros(1, slots, dcfg.num_attention_heads, cap, dcfg.head_dim)
+            self._dv = torch.zeros_like(self._dk)
+        self._seqs: dict[str, _Seq] = {}
+        self._free = list(range(slots))
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def tokens_in_use(self) -> int:
+        """Tokens held in the KV cache by running requests."""
+        return sum(s.seq_len + 1 for s in self._seqs.values())
+
+    def can_admit(self, req: Request) -> bool:
+        """True if a KV slot is free for `req` (prefill raises otherwise)."""
+        return bool(self._free) and req.rid not in self._seqs
+
+    def release(self, req: Request) -> None:
+        """Free `req`'s KV slot (finished, aborted or stopped by the server). Idempotent."""
+        seq = self._seqs.pop(req.rid, None)
+        if seq is None:
+            return
+        # Keep the used slots dense (0..n-1) so the batch's cache reads are views, not copies:
+        # move the highest used slot into the freed one.
+        used = [s for s in self._seqs.values() if s.slot > seq.slot]
+        if used:
+            top = max(used, key=lambda s: s.slot)
+            self._move_slot(top.slot, seq.slot)
+            self._free.append(top.slot)
+            top.slot = seq.slot
+        else:
+            self._free.append(seq.slot)
+        self._free.sort()
+
+    def flush_cache(self) -> None:
+        """Drop every request's KV state (call only when nothing is running)."""
+        self._seqs.clear()
+        self._free = list(range(self._tk.shape[1]))
+
+    def _move_slot(self, src: int, dst: int) -> None:
+        caches = [self._tk, self._tv] + ([self._dk, self._dv] if self.draft is not None else [])
+        for c in caches:
+            c[:, dst] = c[:, src]
+
+    def _view(self, k, v, slots: list[int], seq_lens, write_rel, kv_len, local) -> KVView:
+        s = torch.tensor(slots)
+        rng = (slots[0], slots[0] + len(slots)) if slots == list(range(slots[0], slots[0] + len(slots))) else None
+        return KVView(k, v, s, seq_lens[:, None] + write_rel, kv_len, _mask(seq_lens, kv_len, local), rng)
+
+    # ------------------------------------------------------------------ sampling helpers
+
+    @staticmethod
+    def _probs(logits: torch.Tensor, req: Request) -> torch.Tensor:
+        """Target distribution for a sampling request: softmax(logits / T), top-p truncated."""
+        p = torch.softmax(logits.float() / req.temperature, dim=-1)
+        if req.top_p < 1.0:
+            sp, si = torch.sort(p, descending=True, stable=True)
+            keep = (sp.cumsum(-1) - sp) < req.top_p  # smallest prefix reaching top_p
+            p = torch.zeros_like(p).scatter_(-1, si, sp * keep)
+            p = p / p.sum()
+        return p
+
+    def _pick(self, logits: torch.Tensor, req: Request, seq_gen: torch.Generator) -> int:
+        if req.temperature <= 0:
+            return int(torch.argmax(logits))
+        return int(torch.multinomial(self._probs(logits, req), 1, generator=seq_gen))
+
+    # ------------------------------------------------------------------ prefill
+
+    @torch.inference_mode()
+    def prefill(self, reqs: list[Request]) -> PrefillStats:
+        """Admit `reqs`: fill their KV caches and append their first token."""
+        for req in reqs:
+            self._prefill_one(req)
+        return PrefillStats(len(reqs), sum(len(r.input_ids) for r in reqs), 0)
+
+    def _prefill_one(self, req: Request) -> None:
+        n = len(req.input_ids)
+        if n == 0:
+            raise ValueError(f"request {req.rid}: empty input_ids")
+        if n + req.max_new_tokens > self.context_len:
+            raise ValueError(f"request {req.rid}: {n} input + {req.max_new_tokens} new tokens exceed the "
+                             f"context length {self.context_len}; shorten the prompt or max_new_tokens")
+        if req.rid in self._seqs:
+            raise ValueError(f"request {req.rid}: already running")
+        if not self._free:
+            raise RuntimeError(f"request {req.rid}: no free KV slot ({len(self._seqs)} running); "
+                               f"check can_admit() first or raise max_total_tokens")
+        slot = self._free.pop(0)
+        seed = req.seed if req.seed is not None else (self.seed * 1_000_003 + zlib.crc32(req.rid.encode()))
+        seq = _Seq(slot=slot, seq_len=n, last_token=-1, gen=torch.Generator().manual_seed(seed))
+        self._seqs[req.rid] = seq
+        if self.num_steps is not None and not req.spec_accept_histogram:
+            req.spec_accept_histogram = [0] * (self.num_steps + 1)
+        ids = torch.tensor([req.input_ids])
+        pos = torch.arange(n)[None]
+        causal = torch.ones(n, n, dtype=torch.bool).tril()[None]
+        zero = torch.zeros(1, dtype=torch.long)
+        kv = self._view(self._tk, self._tv, [slot], zero, torch.arange(n), n, causal)
+        logits, aux = self.target(ids, pos, kv, capture=self.capture if self.draft is not None else None)
+        seq.last_token = self._pick(logits[0, -1], req, seq.gen)
+        if req.max_new_tokens > 0:
+            req.output_ids.append(seq.last_token)
+        req.finished = len(req.output_ids) >= req.max_new_tokens
+        if self.draft is not None:
+            # Draft position p consumes (token p+1, aux p): the prompt shifted by one + the first token.
+            toks = torch.tensor([req.input_ids[1:] + [seq.last_token]])
+            kvd = self._view(self._dk, self._dv, [slot], zero, torch.arange(n), n, causal)
+            dlogits, h = self.draft(self.target.embed_tokens(toks), self._aux(aux), pos, kvd)
+            p, idx = ops.draft_topk(dlogits[0, -1:], self.topk, self.hot)
+            seq.topk_p, seq.topk_index, seq.hidden = p[0], idx[0], h[0, -1]
+
+    def _aux(self, aux: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(aux) if self.zero_aux else aux
+
+    # ------------------------------------------------------------------ decode
+
+    @torch.inference_mode()
+    def decode_step(self, reqs: list[Request]) -> StepStats:
+        """One iteration over `reqs` (running, unfinished): draft + verify, or one plain step."""
+        reqs = sorted((r for r in reqs if not r.finished), key=lambda r: self._seqs[r.rid].slot)
+        if not reqs:
+            return StepStats(0, 0, 0, 0)
+        seqs = [self._seqs[r.rid] for r in reqs]
+        if self.draft is None:
+            return self._plain_step(reqs, seqs)
+        return self._spec_step(reqs, seqs)
+
+    def _plain_step(self, reqs, seqs) -> StepStats:
+        B = len(seqs)
+        seq_lens = torch.tensor([s.seq_len for s in seqs])
+        kv = self._view(self._tk, self._tv, [s.slot for s in seqs], seq_lens, torch.arange(1),
+                        int(seq_lens.max()) + 1, torch.ones(1, 1, 1, dtype=torch.bool))
+        logits, _ = self.target(torch.tensor([[s.last_token] for s in seqs]), seq_lens[:, None], kv)
+        greedy = torch.argmax(logits[:, 0], dim=-1).tolist()
+        for b, (req, seq) in enumerate(zip(reqs, seqs)):
+            tok = greedy[b] if req.temperature <= 0 else self._pick(logits[b, 0], req, seq.gen)
+            seq.seq_len += 1
+            seq.last_token = tok
+            req.output_ids.append(tok)
+            req.finished = len(req.output_ids) >= req.max_new_tokens
+        return StepStats(B, 0, B, 0)
+
+    def _draft_tree(self, seqs, seq_lens, slots):
+        """S draft steps (select -> draft forward -> top-k) and `organize`, as in SGLang."""
+        K, S, B = self.topk, self.num_steps, len(seqs)
+        d = self.draft.cfg.hidden_size
+        topk_p = torch.stack([s.topk_p for s in seqs])
+        topk_index = torch.stack([s.topk_index for s in seqs])
+        hidden = torch.stack([s.hidden for s in seqs])
+        score_list, token_list, parents_list = [], [], []
+        scores = None
+        anc = torch.zeros(B, K, 0, dtype=torch.bool)  # ancestors of this step's lanes among drafted nodes
+        eye = torch.eye(K, dtype=torch.bool)[None].expand(B, K, K)
+        max_len = int(seq_lens.max())
+        for i in range(S):
+            input_ids, hidden_in, scores, info = ops.select_tree(i, topk_p, topk_index, hidden, scores, K)
+            score_list.append(info[0])
+            token_list.append(info[1])
+            parents_list.append(info[2])
+            if i == S - 1:
+                break
+            if i > 0:  # lane l of step i continues lane info[2] // K ... of step i-1
+                parent = (info[2] - (K * K * (i - 1) + K)) // K  # [B, K]
+                anc = torch.cat([anc.gather(1, parent[:, :, None].expand(B, K, anc.shape[2])),
+                                 torch.nn.functional.one_hot(parent, K).bool()], dim=2)
+            # Step i's lanes sit at draft position seq_len + i; their KV goes to seq_len + i*K + lane.
+            kv = self._view(self._dk, self._dv, slots, seq_lens, i * K + torch.arange(K),
+                            max_len + (i + 1) * K, torch.cat([anc, eye], dim=2))
+            logits, h = self.draft(self.target.embed_tokens(input_ids.view(B, K)), hidden_in.view(B, K, d),
+                                   (seq_lens + i)[:, None].expand(B, K), kv)
+            topk_p, topk_index = ops.draft_topk(logits.view(B * K, -1), K, self.hot)
+            hidden = h.reshape(B * K, d)
+        return ops.organize(score_list, token_list, parents_list, self.num_draft_tokens)
+
+    def _spec_step(self, reqs, seqs) -> StepStats:
+        K, S, N, B = self.topk, self.num_steps, self.num_draft_tokens, len(seqs)
+        slots = [s.slot for s in seqs]
+        seq_lens = torch.tensor([s.seq_len for s in seqs])
+        parent_list, top_idx, draft_tokens = self._draft_tree(seqs, seq_lens, slots)
+        verified = torch.tensor([s.last_token for s in seqs])
+        tree = ops.build_tree(verified, parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
+        # Verify: N tree tokens at cache positions seq_len + node, RoPE positions seq_len + depth.
+        kv = self._view(self._tk, self._tv, slots, seq_lens, torch.arange(N), int(seq_lens.max()) + N,
+                        tree.tree_mask)
+        logits, aux = self.target(tree.draft_token, tree.positions, kv, capture=self.capture)
+        res = ops.verify_tree(logits.view(B * N, -1), tree.draft_token, tree.retrive_index,
+                              tree.retrive_next_token, tree.retrive_next_sibling, S + 1)
+        acc_index = res.accept_index.tolist()
+        acc_len = res.accept_length.tolist()
+        bonus = res.bonus.tolist()
+        tokens = tree.draft_token.tolist()
+        paths, emitted = [], []
+        for b, req in enumerate(reqs):
+            if req.temperature > 0:
+                path, toks = self._sample_walk(b, logits[b], tree, req, seqs[b].gen)
+            else:
+                path = [g - b * N for g in acc_index[b][:acc_len[b] + 1]]
+                toks = [tokens[b][n] for n in path[1:]] + [bonus[b]]
+            paths.append(path)
+            emitted.append(toks)
+        self._compact(slots, seq_lens.tolist(), paths)
+        self._extend(seqs, slots, seq_lens, paths, emitted, aux)
+        stats = StepStats(B, 0, 0, B * (N - 1))
+        for req, seq, path, toks in zip(reqs, seqs, paths, emitted):
+            seq.seq_len += len(path)
+            seq.last_token = toks[-1]
+            room = req.max_new_tokens - len(req.output_ids)
+            toks = toks[:room]
+            accepted = min(len(path) - 1, len(toks))
+            req.output_ids.extend(toks)
+            req.finished = len(req.output_ids) >= req.max_new_tokens
+            req.spec_verify_ct += 1
+            req.spec_accepted_drafts += accepted
+            req.spec_accept_histogram[accepted] += 1
+            stats.num_accepted_drafts += accepted
+            stats.num_generated_tokens += len(toks)
+        return stats
+
+    def _sample_walk(self, b, logits, tree, req, gen):
+        """Speculative sampling down the tree for one request; returns (path nodes, emitted tokens).
+
+        Drafts are deterministic (top-k), i.e. one-hot proposals, so the rule is: at the current
+        node with target distribution r, try its children in sibling order, accepting child x with
+        probability r(x)/sum(r); on rejection set r(x)=0 and try the next; if none is accepted,
+        sample the bonus from r/sum(r). Every emitted token is then distributed exactly as the
+        target's softmax(logits/T) (top-p truncated), as in SGLang's target-only tree sampling.
+        """
+        nxt = tree.retrive_next_token[b].tolist()
+        sib = tree.retrive_next_sibling[b].tolist()
+        tok = tree.draft_token[b].tolist()
+        node, path, out = 0, [0], []
+        while True:
+            r = self._probs(logits[node], req)
+            child = nxt[node] if len(path) <= self.num_steps else -1
+            accepted = False
+            while child != -1:
+                x = tok[child]
+                if float(torch.rand((), generator=gen)) * float(r.sum()) < float(r[x]):
+                    path.append(child)
+                    out.append(x)
+                    node, accepted = child, True
+                    break
+                r[x] = 0.0
+                child = sib[child]
+            if not accepted:
+                out.append(int(torch.multinomial(r / r.sum(), 1, generator=gen)))
+                return path, out
+
+    def _compact(self, slots, seq_lens, paths) -> None:
+        """Move accepted tree nodes' target KV to consecutive positions seq_len + depth."""
+        for slot, base, path in zip(slots, seq_lens, paths):
+            if path != list(range(len(path))):
+                src = torch.tensor(path) + base
+                dst = torch.arange(len(path)) + base
+                for c in (self._tk, self._tv):
+                    c[:, slot, :, dst] = c[:, slot, :, src]
+
+    def _extend(self, seqs, slots, seq_lens, paths, emitted, aux) -> None:
+        """Draft extend over each request's accepted tokens with the verify pass's aux rows."""
+        B = len(seqs)
+        T = max(len(p) for p in paths)
+        toks = torch.zeros(B, T, dtype=torch.long)
+        rows = torch.zeros(B, T, dtype=torch.long)
+        for b, (path, out) in enumerate(zip(paths, emitted)):
+            toks[b, : len(path)] = torch.tensor(out[: len(path)])
+            rows[b, : len(path)] = torch.tensor(path)
+        ext_aux = aux.gather(1, rows[:, :, None].expand(B, T, aux.shape[2]))  # padded rows: stale, unread
+        causal = torch.ones(T, T, dtype=torch.bool).tril()[None]
+        kv = self._view(self._dk, self._dv, slots, seq_lens, torch.arange(T), int(seq_lens.max()) + T, causal)
+        logits, h = self.draft(self.target.embed_tokens(toks), self._aux(ext_aux), seq_lens[:, None] + torch.arange(T), kv)
+        last = torch.tensor([len(p) - 1 for p in paths])
+        ar = torch.arange(B)
+        p, idx = ops.draft_topk(logits[ar, last], self.topk, self.hot)
+        hid = h[ar, last]
+        for b, seq in enumerate(seqs):
+            seq.topk_p, seq.topk_index, seq.hidden = p[b], idx[b], hid[b]

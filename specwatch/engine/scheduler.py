@@ -1,0 +1,372 @@
+"""One scheduler per DP rank: continuous batching over a SpecDecoder, in its own thread.
+
+A scheduler owns one `SpecDecoder` (decode.py) and runs SGLang's loop: take new requests,
+prefill them as one batch (prefill has priority, no mixed batches), otherwise run one decode
+(draft + verify) step over the running batch. It applies stop strings / stop token ids (the
+decoder only knows max_new_tokens), sends each request's new tokens to its output queue, and
+prints SGLang's `Prefill batch` / `Decode batch` lines with its rank tag.
+
+Not here: HTTP, JSON, text assembly (server.py), the log formats and counters (sglang_log.py).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from specwatch.engine import sglang_log, tokenizer
+from specwatch.engine.args import ServerArgs
+
+
+@dataclass
+class TokenEvent:
+    """New output token ids of request `index` (of its HTTP call), in order."""
+
+    index: int
+    new_ids: list[int]
+    spec_verify_ct: int
+
+
+@dataclass
+class FinishEvent:
+    """Request `index` is done: its final output ids (cut at a stop) and SGLang meta fields."""
+
+    index: int
+    new_ids: list[int]  # the tokens not sent in a TokenEvent yet
+    output_ids: list[int]
+    finish_reason: dict[str, Any]
+    spec: dict[str, Any] | None  # spec_verify_ct, spec_accepted_drafts, histogram; None w/o spec
+
+
+@dataclass
+class ErrorEvent:
+    """Request `index` was aborted (server shutting down or scheduler failure)."""
+
+    index: int
+    message: str
+
+
+@dataclass
+class GenRequest:
+    """One generation as the scheduler sees it; `out` receives its events."""
+
+    rid: str
+    index: int
+    input_ids: list[int]
+    max_new_tokens: int
+    out: "queue.Queue[TokenEvent | FinishEvent | ErrorEvent]"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: set[int] = field(default_factory=set)
+    reserved_tokens: int = 0  # KV tokens set aside at admission
+    aborted: bool = False  # set by the HTTP thread when the client goes away
+    dreq: Any = None  # decode.Request, built at admission
+    emitted: int = 0  # output ids already sent to `out`
+
+
+class Scheduler(threading.Thread):
+    """A DP rank: its own decoder, queue, counters and log tag."""
+
+    def __init__(self, args: ServerArgs, *, dp_rank: int | None, device: str, context_len: int,
+                 on_fatal: Callable[[BaseException], None]) -> None:
+        super().__init__(name=f"scheduler-dp{dp_rank or 0}", daemon=True)
+        self.args = args
+        self.dp_rank = dp_rank
+        self.device = device
+        self.context_len = context_len
+        self.on_fatal = on_fatal
+        self.log = sglang_log.scheduler_logger(sglang_log.rank_tag(dp_rank, args.tp_size))
+        self.graph = sglang_log.graph_label(device)
+        spec = args.speculative_algorithm is not None
+        self.metrics = sglang_log.DecodeMetrics(
+            args.decode_log_interval, args.speculative_num_draft_tokens if spec else None)
+        self.inbox: queue.Queue = queue.Queue()
+        self.waiting: list[GenRequest] = []
+        self.running: list[GenRequest] = []
+        self.loaded = threading.Event()
+        self.load_error: BaseException | None = None
+        self.decoder: Any = None
+        self.max_total_num_tokens = 0
+        self.max_running_requests = 0
+        self.tokens_in_use = 0  # refreshed by the scheduler thread after every batch
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self._stopping = False
+        self._max_stop_bytes = 0
+
+    # ------------------------------------------------------------------ called from other threads
+
+    def submit(self, req: GenRequest) -> None:
+        self.inbox.put(("req", req))
+
+    def flush_cache(self, timeout_s: float = 30.0) -> bool:
+        """SGLang's Scheduler.flush_cache: only when nothing is queued or running."""
+        reply: queue.Queue = queue.Queue()
+        self.inbox.put(("flush", reply))
+        try:
+            return reply.get(timeout=timeout_s)
+        except queue.Empty:
+            return False
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.inbox.put(("wake", None))
+
+    def reserve_limit(self) -> int:
+        """Most KV tokens one request may reserve (checked by the server before submitting)."""
+        return self.max_total_num_tokens
+
+    def state(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "num_running_reqs": len(self.running),
+            "num_queue_reqs": len(self.waiting) + self.inbox.qsize(),
+            "num_used_tokens": self.tokens_in_use,
+            "token_usage": self.tokens_in_use / self.max_total_num_tokens if self.max_total_num_tokens else 0.0,
+            "last_gen_throughput": m.last_gen_throughput,
+            "spec_accept_length": m.last_accept_len,
+            "spec_accept_rate": m.last_accept_rate,
+            "avg_spec_accept_length": m.avg_spec_accept_length(),
+            "prompt_tokens_total": self.prompt_tokens_total,
+            "generation_tokens_total": self.generation_tokens_total,
+        }
+
+    # ------------------------------------------------------------------ scheduler thread
+
+    def run(self) -> None:
+        try:
+            self._load()
+        except BaseException as e:  # reported to main() through load_error
+            self.load_error = e
+            self.loaded.set()
+            return
+        self.loaded.set()
+        try:
+            while not self._stopping:
+                self._drain_inbox(block=not self.running and not self.waiting)
+                self._drop_aborted()
+                batch = self._admit()
+                if batch:
+                    self._prefill(batch)
+                elif self.running:
+                    self._decode()
+        except BaseException as e:
+            self.log.error(f"Scheduler hit an exception: {traceback.format_exc()}")
+            self._abort_all(f"scheduler failed: {e}")
+            self.on_fatal(e)
+            return
+        self._abort_all("server is shutting down")
+
+    def _load(self) -> None:
+        from specwatch.engine import decode  # torch: imported in the scheduler thread, lazily
+
+        self.decode_mod = decode
+        a = self.args
+        spec = a.speculative_algorithm is not None
+        avail_before = _avail_mem_gb()
+        self.log.info(f"Load weight begin. avail mem={avail_before:.2f} GB")
+        tic = time.perf_counter()
+        kwargs: dict[str, Any] = dict(device=self.device, max_total_tokens=a.max_total_tokens)
+        if a.random_seed is not None:
+            kwargs["seed"] = a.random_seed
+        if spec:
+            self.decoder = decode.SpecDecoder(
+                a.model_path, a.speculative_draft_model_path, num_steps=a.speculative_num_steps,
+                topk=a.speculative_eagle_topk, num_draft_tokens=a.speculative_num_draft_tokens,
+                **kwargs)
+        else:
+            self.decoder = decode.SpecDecoder(a.model_path, None, **kwargs)
+        elapsed = time.perf_counter() - tic
+        avail = _avail_mem_gb()
+        # The decoder loads both models in one call; split the time by weight-file size.
+        sizes = {"target": _weights_bytes(a.model_path)}
+        if spec:
+            sizes["draft"] = _weights_bytes(a.speculative_draft_model_path)
+        total = sum(sizes.values()) or 1
+        for name, size in sizes.items():
+            arch = "LlamaForCausalLMEagle3" if name == "draft" else "LlamaForCausalLM"
+            # fp16 on disk, fp32 in memory
+            self.log.info(
+                f"Load weight end. elapsed={elapsed * size / total:.2f} s, type={arch}, "
+                f"dtype=torch.float32, avail mem={avail:.2f} GB, mem usage={2 * size / 2**30:.2f} GB.")
+        self.max_total_num_tokens = int(self.decoder.max_total_num_tokens)
+        if a.max_running_requests is not None:
+            self.max_running_requests = a.max_running_requests
+        else:
+            self.max_running_requests = max(1, min(4096, self.max_total_num_tokens // 2))
+        self.log.info(
+            f"max_total_num_tokens={self.max_total_num_tokens}, chunked_prefill_size="
+            f"{a.chunked_prefill_size}, max_prefill_tokens={a.max_prefill_tokens}, "
+            f"max_running_requests={self.max_running_requests}, context_len={self.context_len}, "
+            f"available_gpu_mem={avail:.2f} GB")
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, payload = item
+            if kind == "req":
+                self.waiting.append(payload)
+            elif kind == "flush":
+                payload.put(self._flush())
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _flush(self) -> bool:
+        if self.waiting or self.running:
+            self.log.warning(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {len(self.waiting)}, #running-req: {len(self.running)}")
+            return False
+        self.decoder.flush_cache()
+        self.metrics.reset()
+        self.tokens_in_use = self.decoder.tokens_in_use()
+        self.log.info("Cache flushed successfully!")
+        return True
+
+    def _drop_aborted(self) -> None:
+        if any(r.aborted for r in self.waiting):
+            self.waiting = [r for r in self.waiting if not r.aborted]
+        for r in [r for r in self.running if r.aborted]:
+            self.running.remove(r)
+            self.decoder.release(r.dreq)
+            self.tokens_in_use = self.decoder.tokens_in_use()
+
+    def _admit(self) -> list[GenRequest]:
+        """FCFS: admit waiting requests while running slots and reserved KV tokens allow."""
+        reserved = sum(r.reserved_tokens for r in self.running)
+        batch: list[GenRequest] = []
+        while self.waiting and len(self.running) + len(batch) < self.max_running_requests:
+            r = self.waiting[0]
+            if reserved + r.reserved_tokens > self.max_total_num_tokens and (self.running or batch):
+                break
+            self.waiting.pop(0)
+            reserved += r.reserved_tokens
+            r.dreq = self.decode_mod.Request(
+                rid=r.rid, input_ids=list(r.input_ids), max_new_tokens=r.max_new_tokens,
+                temperature=r.temperature, top_p=r.top_p, seed=r.seed)
+            batch.append(r)
+        return batch
+
+    def _prefill(self, batch: list[GenRequest]) -> None:
+        num_running_before = len(self.running)
+        stats = self.decoder.prefill([r.dreq for r in batch])
+        self.tokens_in_use = self.decoder.tokens_in_use()
+        self.log.info(sglang_log.prefill_line(
+            num_new_seqs=stats.num_new_seqs, num_new_tokens=stats.num_new_tokens,
+            num_cached_tokens=stats.num_cached_tokens, token_usage=self._usage(),
+            num_running_reqs=num_running_before, num_queue_reqs=len(self.waiting),
+            num_pending_tokens=0, graph=self.graph,
+            input_throughput_tok_s=self.metrics.prefill_throughput(stats.num_new_tokens)))
+        for r in batch:
+            self.prompt_tokens_total += len(r.input_ids)
+            if not self._emit(r):
+                self.running.append(r)
+        self.tokens_in_use = self.decoder.tokens_in_use()
+
+    def _decode(self) -> None:
+        batch = list(self.running)
+        stats = self.decoder.decode_step([r.dreq for r in batch])
+        for r in batch:
+            if self._emit(r):
+                self.running.remove(r)
+        self.tokens_in_use = self.decoder.tokens_in_use()
+        if self.metrics.record_step(stats.batch_size, stats.num_accepted_drafts,
+                                    stats.num_generated_tokens):
+            w = self.metrics.close_window()
+            self.log.info(sglang_log.decode_line(
+                num_running_reqs=stats.batch_size, num_tokens=self.tokens_in_use,
+                token_usage=self._usage(), accept_len=w.accept_len, accept_rate=w.accept_rate,
+                graph=self.graph, gen_throughput_tok_s=w.gen_throughput_tok_s,
+                num_queue_reqs=len(self.waiting)))
+
+    def _emit(self, r: GenRequest) -> bool:
+        """Send r's new tokens, cutting at a stop; True (and KV released) when r is finished."""
+        ids = r.dreq.output_ids
+        limit = min(len(ids), r.max_new_tokens)
+        finish: dict[str, Any] | None = None
+        end = limit
+        for j in range(r.emitted, limit):
+            if ids[j] in r.stop_token_ids:
+                finish, end = {"type": "stop", "matched": ids[j]}, j + 1
+                break
+            matched = self._matched_stop(r, ids, j)
+            if matched is not None:
+                finish, end = {"type": "stop", "matched": matched}, j + 1
+                break
+        if finish is None and (limit >= r.max_new_tokens or r.dreq.finished):
+            finish = {"type": "length", "length": r.max_new_tokens}
+        new = list(ids[r.emitted:end])
+        r.emitted = end
+        if finish is None:
+            if new:
+                r.out.put(TokenEvent(r.index, new, r.dreq.spec_verify_ct))
+            return False
+        self.decoder.release(r.dreq)
+        self.generation_tokens_total += end
+        r.out.put(FinishEvent(r.index, new, list(ids[:end]), finish, self._spec_meta(r)))
+        return True
+
+    def _matched_stop(self, r: GenRequest, ids: list[int], j: int) -> str | None:
+        """The stop string that the text ends with once token j is added, if any."""
+        if not r.stop:
+            return None
+        longest = max(len(s.encode()) for s in r.stop)
+        tail = tokenizer.decode(ids[max(0, j + 1 - longest - 3): j + 1])
+        for s in r.stop:
+            if tail.endswith(s):
+                return s
+        return None
+
+    def _spec_meta(self, r: GenRequest) -> dict[str, Any] | None:
+        if self.args.speculative_algorithm is None:
+            return None
+        d = r.dreq
+        return {
+            "spec_verify_ct": d.spec_verify_ct,
+            "spec_accepted_drafts": d.spec_accepted_drafts,
+            "spec_accept_histogram": list(d.spec_accept_histogram),
+        }
+
+    def _usage(self) -> float:
+        return self.tokens_in_use / self.max_total_num_tokens if self.max_total_num_tokens else 0.0
+
+    def _abort_all(self, message: str) -> None:
+        pending = list(self.running) + list(self.waiting)
+        while True:
+            try:
+                kind, payload = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "req":
+                pending.append(payload)
+            elif kind == "flush":
+                payload.put(False)
+        self.running, self.waiting = [], []
+        for r in pending:
+            r.out.put(ErrorEvent(r.index, message))
+
+
+def _avail_mem_gb() -> float:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (ValueError, OSError):
+        return 0.0
+
+
+def _weights_bytes(model_dir: str) -> int:
+    from pathlib import Path
+
+    return sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+

@@ -1,0 +1,107 @@
+"""draft_topk: Triton (under TRITON_INTERPRET=1) against the torch reference; the reference against hand values."""
+import importlib
+import math
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before any kernels._*_triton import; only CPU here
+
+import pytest
+import torch
+
+from kernels import ops
+from kernels.draft_topk import draft_topk_reference
+
+NEG = float("-inf")
+
+
+@pytest.fixture(scope="module")
+def tri():
+    """The Triton module, re-imported if something imported it before the interpreter was on."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    mod = importlib.import_module("kernels._draft_topk_triton")
+    if not isinstance(mod._draft_topk_partial_kernel, InterpretedFunction):
+        mod = importlib.reload(mod)
+    return mod
+
+
+def _check(tri, logits, k, hot=None, **kw):
+    p, i = tri.draft_topk_triton(logits, k, hot, **kw)
+    p_ref, i_ref = draft_topk_reference(logits, k, hot)
+    assert i.dtype == torch.int64 and p.dtype == torch.float32
+    assert torch.equal(i, i_ref), (i, i_ref)
+    torch.testing.assert_close(p, p_ref, rtol=1e-5, atol=1e-7)
+
+
+def test_reference_hand_values():
+    logits = torch.tensor([[0.0, 2.0, 2.0, NEG, 1.0]])
+    p, i = draft_topk_reference(logits, 3)
+    z = 1 + 2 * math.e**2 + math.e
+    assert i.tolist() == [[1, 2, 4]]  # tie 1 vs 2: lowest index first
+    torch.testing.assert_close(p, torch.tensor([[math.e**2 / z, math.e**2 / z, math.e / z]]), rtol=1e-6, atol=0)
+    _, mapped = draft_topk_reference(logits, 2, torch.tensor([10, 11, 12, 13, 14]))
+    assert mapped.tolist() == [[11, 12]]
+
+
+@pytest.mark.parametrize("rows,vocab,k,dtype,block,nsplit", [
+    (3, 1000, 4, torch.float32, None, None),
+    (2, 3001, 8, torch.bfloat16, 256, 3),      # several tiles per split, V % block != 0
+    (4, 2500, 1, torch.bfloat16, 128, 2),
+    (1, 50, 4, torch.float32, None, None),     # V smaller than a block
+    (5, 777, 3, torch.float32, 64, 1),         # many tiles, one split: early-exit path
+])
+def test_random(tri, rows, vocab, k, dtype, block, nsplit):
+    torch.manual_seed(rows * vocab + k)
+    logits = (torch.randn(rows, vocab) * 3).to(dtype)
+    _check(tri, logits, k, block=block, nsplit=nsplit)
+
+
+@pytest.mark.parametrize("nsplit", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_forced_ties(tri, k, nsplit):
+    logits = torch.zeros(3, 2000)
+    logits[0, ::7] = 1.0           # ~286-way tie at the top
+    logits[2, 1900:] = 0.5         # 100-way tie at the end of the vocabulary
+    _check(tri, logits, k, block=128, nsplit=nsplit)
+    bf = (torch.randn(2, 1500) * 0.05).bfloat16()  # bf16 rounding makes many duplicates
+    _check(tri, bf, k, block=256, nsplit=nsplit)
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_neg_inf_mask_and_d2t(tri, k):
+    logits = torch.full((3, 2100), NEG)
+    logits[0, 5] = 1.0                  # one finite logit, k-1 -inf ties after it
+    logits[1, [17, 2000]] = 0.0
+    logits[2, 1000:1003] = 3.0
+    logits[2, :900] = torch.randn(900)
+    hot = torch.randperm(2100) + 5
+    for nsplit in (1, 3):
+        _check(tri, logits, k, hot, block=256, nsplit=nsplit)
+
+
+def test_empty_rows(tri):
+    p, i = tri.draft_topk_triton(torch.randn(0, 300), 4)
+    assert p.shape == (0, 4) and i.shape == (0, 4)
+
+
+def test_matches_sglang_path_on_tie_free_input():
+    """SGLang: softmax(fp32) then torch.topk; same indices when the logits have no ties."""
+    torch.manual_seed(1)
+    logits = torch.randn(4, 3000)
+    p, i = draft_topk_reference(logits, 8)
+    sp, si = torch.topk(torch.softmax(logits, -1), 8)
+    assert torch.equal(i, si)
+    torch.testing.assert_close(p, sp, rtol=1e-5, atol=1e-7)
+
+
+def test_dispatcher(tri, monkeypatch):
+    logits = torch.randn(2, 900)
+    monkeypatch.delenv("SPECWATCH_KERNELS", raising=False)
+    assert not ops.use_triton(logits)
+    monkeypatch.setenv("SPECWATCH_KERNELS", "triton")
+    assert ops.use_triton(logits)
+    p, i = ops.draft_topk(logits, 4)
+    assert torch.equal(i, draft_topk_reference(logits, 4)[1])
+    monkeypatch.setenv("SPECWATCH_KERNELS", "bogus")
+    with pytest.raises(ValueError, match="SPECWATCH_KERNELS"):
+        ops.use_triton(logits)

@@ -197,10 +197,9 @@ class Scheduler(threading.Thread):
                 f"Load weight end. elapsed={elapsed * size / total:.2f} s, type={arch}, "
                 f"dtype=torch.float32, avail mem={avail:.2f} GB, mem usage={2 * size / 2**30:.2f} GB.")
         self.max_total_num_tokens = int(self.decoder.max_total_num_tokens)
-        if a.max_running_requests is not None:
-            self.max_running_requests = a.max_running_requests
-        else:
-            self.max_running_requests = max(1, min(4096, self.max_total_num_tokens // 2))
+        # The decoder keeps one full-context KV slot per running request.
+        slots = max(1, self.max_total_num_tokens // int(getattr(self.decoder, "context_len", 1) or 1))
+        self.max_running_requests = min(a.max_running_requests or slots, slots)
         self.log.info(
             f"max_total_num_tokens={self.max_total_num_tokens}, chunked_prefill_size="
             f"{a.chunked_prefill_size}, max_prefill_tokens={a.max_prefill_tokens}, "
@@ -260,16 +259,29 @@ class Scheduler(threading.Thread):
         return batch
 
     def _prefill(self, batch: list[GenRequest]) -> None:
+        """Prefill the batch one request at a time (as the decoder does), log one line for it."""
         num_running_before = len(self.running)
-        stats = self.decoder.prefill([r.dreq for r in batch])
+        num_new_tokens = num_cached_tokens = num_new_seqs = 0
+        done: list[GenRequest] = []
+        for r in batch:
+            if not self.decoder.can_admit(r.dreq):  # no KV slot: back to the queue head
+                self.waiting[:0] = [x for x in batch if x not in done]
+                break
+            stats = self.decoder.prefill([r.dreq])
+            num_new_seqs += stats.num_new_seqs
+            num_new_tokens += stats.num_new_tokens
+            num_cached_tokens += stats.num_cached_tokens
+            done.append(r)
+        if not done:
+            return
         self.tokens_in_use = self.decoder.tokens_in_use()
         self.log.info(sglang_log.prefill_line(
-            num_new_seqs=stats.num_new_seqs, num_new_tokens=stats.num_new_tokens,
-            num_cached_tokens=stats.num_cached_tokens, token_usage=self._usage(),
+            num_new_seqs=num_new_seqs, num_new_tokens=num_new_tokens,
+            num_cached_tokens=num_cached_tokens, token_usage=self._usage(),
             num_running_reqs=num_running_before, num_queue_reqs=len(self.waiting),
             num_pending_tokens=0, graph=self.graph,
-            input_throughput_tok_s=self.metrics.prefill_throughput(stats.num_new_tokens)))
-        for r in batch:
+            input_throughput_tok_s=self.metrics.prefill_throughput(num_new_tokens)))
+        for r in done:
             self.prompt_tokens_total += len(r.input_ids)
             if not self._emit(r):
                 self.running.append(r)

@@ -778,12 +778,8 @@ def main(argv: list[str] | None = None) -> int:
     main_log = sglang_log.scheduler_logger("")
     for w in parsed.warnings:
         main_log.warning(w)
-    device = a.device or "cpu"
-    if a.device is None:
-        import torch  # the device SGLang would pick: cuda when present
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        a.device = device
+    device = a.device or "cpu"  # the decoder runs on CPU; SGLang would pick cuda
+    a.device = device
     main_log.info(f"server_args={a!r}")
 
     from specwatch.engine.scheduler import Scheduler

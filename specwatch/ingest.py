@@ -219,11 +219,11 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
             continue
         table, row = record_row(got, source_id, here, line_no)
         batches.add(table, row)
-    for what, lines in (("invalid UTF-8", bad_utf8), ("binary (NUL bytes)", bad_binary)):
+    for what, lines in (("invalid UTF-8, read with replacement characters", bad_utf8),
+                        ("binary data (NUL bytes), skipped", bad_binary)):
         if lines:
-            more = f" and {len(lines) - 1} more" if len(lines) > 1 else ""
-            result.warnings.append(f"{path}:{lines[0]}: {what}, skipped (line {lines[0]}{more}); "
-                                   "is this a log file?")
+            more = f" ({len(lines)} lines like this)" if len(lines) > 1 else ""
+            result.warnings.append(f"{path}:{lines[0]}: {what}{more}; is this a log file?")
 
 
 class FileIngestor:

@@ -3,7 +3,7 @@
 Units are in column names (`_tok_s`, `_ms`, `_frac`, `_pct`). Every row that came from a log line
 carries `source_id` (the file's identity, see `sources`), `byte_offset` (where the line starts) and
 `line_no` (1-based), which together are its idempotency key. Missing values are NULL, never a
-default. The derived views (`config_summary`, ...) live in `store.VIEWS`, next to their formulas.
+default. The derived views (`config_summary`, ...) live in `views.py`, next to their formulas.
 
 This module is a leaf: it imports nothing from specwatch.
 """

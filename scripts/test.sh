@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command (README and .ci/run): installs what the tests need, then runs the default
+# suite and the slow suite. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# Debian's chromium drives the dashboard's real-browser test (Playwright uses /usr/bin/chromium).
+if ! command -v chromium >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "warning: could not install chromium; browser tests will fail" >&2
+fi
+python -m pip install -q -e '.[dev]'
+python -m pytest -q
+# Slower end-to-end tests; pytest exits 5 when a marker selects nothing.
+python -m pytest -q -m slow || { rc=$?; [ "$rc" -eq 5 ] || exit "$rc"; }

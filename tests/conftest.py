@@ -1,0 +1,35 @@
+"""Shared fixtures: a real DuckDB file per test, the real CLI, and the repo's sample logs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_logs"
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    return tmp_path / "specwatch.duckdb"
+
+
+def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m specwatch.cli ARGS` as a real process."""
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"specwatch {' '.join(map(str, args))} exited {proc.returncode}:\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def samples_db(tmp_path_factory) -> Path:
+    """A database with every sample log ingested (one run per file)."""
+    path = tmp_path_factory.mktemp("samples") / "samples.duckdb"
+    from specwatch import ingest
+    ingest.ingest_paths(path, [str(SAMPLES)])
+    return path

@@ -1,8 +1,12 @@
 """aux_stats: Triton (under TRITON_INTERPRET=1) against the reference; the reference against hand values."""
 import importlib
 import os
+import sys
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any kernels._*_triton import; only CPU here
+# Triton decides interpret-vs-compile when each @triton.jit (its own standard library too) is
+# decorated, so the variable must be set before triton is first imported.
+_TRITON_IMPORTED_EARLY = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest
 import torch
@@ -14,6 +18,9 @@ FLOAT_TOL = dict(rtol=1e-4, atol=1e-5)
 
 @pytest.fixture(scope="module")
 def tri():
+    if _TRITON_IMPORTED_EARLY:
+        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set (by another test module); "
+                    "run the kernel tests in their own process: pytest tests/test_kernels_*.py")
     from triton.runtime.interpreter import InterpretedFunction
 
     mod = importlib.import_module("kernels._aux_stats_triton")

@@ -2,8 +2,12 @@
 import importlib
 import math
 import os
+import sys
 
-os.environ["TRITON_INTERPRET"] = "1"  # before any kernels._*_triton import; only CPU here
+# Triton decides interpret-vs-compile when each @triton.jit (its own standard library too) is
+# decorated, so the variable must be set before triton is first imported.
+_TRITON_IMPORTED_EARLY = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest
 import torch
@@ -17,6 +21,9 @@ NEG = float("-inf")
 @pytest.fixture(scope="module")
 def tri():
     """The Triton module, re-imported if something imported it before the interpreter was on."""
+    if _TRITON_IMPORTED_EARLY:
+        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set (by another test module); "
+                    "run the kernel tests in their own process: pytest tests/test_kernels_*.py")
     from triton.runtime.interpreter import InterpretedFunction
 
     mod = importlib.import_module("kernels._draft_topk_triton")

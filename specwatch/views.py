@@ -184,3 +184,16 @@ FROM with_rate w LEFT JOIN matched m
   ON m.run_id = w.run_id AND m.config_offset IS NOT DISTINCT FROM w.config_offset AND m.pick = 1
 """,
 ]
+
+# config_flags: the cheap, always-on findings (doctor explains them in depth):
+#   low_accept_len     = speculative run whose accept_len < LOW_ACCEPT_LEN (draft barely predicts:
+#                        typically wrong eagle_aux_hidden_state_layer_ids, draft/target mismatch)
+#   slower_than_baseline = speedup_client < 1, or speedup_gen < 1 when no client numbers exist
+LOW_ACCEPT_LEN = 1.5
+VIEWS.append(f"""
+CREATE OR REPLACE VIEW config_flags AS
+SELECT run_id, run_name, config_offset,
+  (speculative_algorithm IS NOT NULL AND accept_len < {LOW_ACCEPT_LEN}) AS low_accept_len,
+  coalesce(speedup_client < 1, speedup_gen < 1) AS slower_than_baseline
+FROM config_summary
+""")

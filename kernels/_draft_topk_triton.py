@@ -41,20 +41,22 @@ def _draft_topk_partial_kernel(
     # are never the worst slot.
     top_v = tl.where(slot < K, NEG_INF, float("inf"))
     top_g = tl.where(slot < K, SENTINEL_GROUP + slot, -1)
-    run_m = NEG_INF
-    run_s = 0.0
+    # Lane-wise online softmax: each lane keeps its own (max, sum) so a tile needs no
+    # cross-warp reduction for the lse; one exp2 per element (the SFU is a second floor).
+    m_vec = tl.full([NG, GROUP_SIZE], float("-inf"), tl.float32)
+    s_vec = tl.zeros([NG, GROUP_SIZE], tl.float32)
+    worst_v = tl.min(top_v, axis=0)
     for tile_start in range(start, end, BLOCK):
         offs = tile_start + gi_local[:, None] * GROUP_SIZE + col[None, :]
         x = tl.load(row_ptr + offs, mask=offs < end, other=NEG_INF).to(tl.float32)
-        gmax = tl.max(x, axis=1)
-        tile_max = tl.max(gmax, axis=0)
-        new_m = tl.maximum(run_m, tile_max)
-        safe_m = tl.where(new_m == NEG_INF, 0.0, new_m)
-        run_s = run_s * tl.math.exp2((run_m - safe_m) * LOG2E) + tl.sum(
-            tl.sum(tl.math.exp2((x - safe_m) * LOG2E), axis=1), axis=0)
-        run_m = new_m
-        worst_v = tl.min(top_v, axis=0)
+        new_m = tl.maximum(m_vec, x)
+        e = tl.math.exp2((tl.minimum(m_vec, x) - new_m) * LOG2E)
+        e = tl.where(new_m == NEG_INF, 0.0, e)
+        s_vec = tl.where(x > m_vec, s_vec * e + 1.0, s_vec + e)
+        m_vec = new_m
+        tile_max = tl.max(tl.max(x, axis=1), axis=0)
         if tile_max >= worst_v:
+            gmax = tl.max(x, axis=1)
             gid = tile_start // GROUP_SIZE + gi_local
             taken = (tile_start + gi_local * GROUP_SIZE) >= end
             go = 1
@@ -74,6 +76,11 @@ def _draft_topk_partial_kernel(
                     n_in += 1
                 else:
                     go = 0
+            worst_v = tl.min(top_v, axis=0)
+    run_m = tl.max(tl.max(m_vec, axis=1), axis=0)
+    safe_m = tl.where(run_m == NEG_INF, 0.0, run_m)
+    w = tl.where(m_vec == NEG_INF, 0.0, tl.math.exp2((m_vec - safe_m) * LOG2E))
+    run_s = tl.sum(tl.sum(s_vec * w, axis=1), axis=0)
     out = row.to(tl.int64) * nsplit + split
     tl.store(part_m_ptr + out, run_m)
     tl.store(part_s_ptr + out, run_s)

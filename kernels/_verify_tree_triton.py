@@ -36,16 +36,18 @@ def _verify_tree_kernel(
     start = split * chunk
     end = tl.minimum(start + chunk, vocab)
     offs0 = tl.arange(0, BLOCK)
-    best_v = tl.full([], float("-inf"), tl.float32)
-    best_i = tl.zeros([], tl.int32) + vocab
+    # Lane-wise running argmax (a lane sees increasing offsets, so '>' keeps its first maximum);
+    # one cross-warp reduction at the end instead of two per tile.
+    lane_v = tl.full([BLOCK], float("-inf"), tl.float32)
+    lane_i = tl.zeros([BLOCK], tl.int32) + 2147483647
     for tile_start in range(start, end, BLOCK):
         offs = tile_start + offs0
         x = tl.load(row_ptr + offs, mask=offs < end, other=NEG_INF).to(tl.float32)
-        tmax = tl.max(x, axis=0)
-        tidx = tl.min(tl.where(x == tmax, offs, IDX_FLIP), axis=0)
-        take = (tmax > best_v) | (best_i == vocab)
-        best_v = tl.where(take, tmax, best_v)
-        best_i = tl.where(take, tidx, best_i)
+        upd = (x > lane_v) | ((lane_i == 2147483647) & (offs < end))
+        lane_v = tl.where(upd, x, lane_v)
+        lane_i = tl.where(upd, offs, lane_i)
+    best_v = tl.max(lane_v, axis=0)
+    best_i = tl.min(tl.where(lane_v == best_v, lane_i, 2147483647), axis=0)
     # -0.0 + 0.0 == +0.0, so both zeros get one key (argmax treats them as equal)
     bits = (best_v + 0.0).to(tl.int32, bitcast=True)
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)

@@ -55,8 +55,10 @@ def _fingerprint(head: bytes) -> str:
     return hashlib.sha1(head).hexdigest()
 
 
-def find_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Source:
-    """The stored source this open file continues, or a new one (offset 0)."""
+def stored_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Source | None:
+    """The stored source this open file continues, or None. A source matches when the file starts
+    with the bytes it fingerprinted and is at least as long as its checkpoint; the same
+    device+inode wins over a copy (copy-truncate), then the furthest checkpoint."""
     size = st.st_size
     fp_len = min(len(head), FP_LEN)
     fp = _fingerprint(head[:fp_len])
@@ -75,13 +77,31 @@ def find_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Sourc
         rank = ((src.device, src.inode) == (st.st_dev, st.st_ino), src.offset_bytes)
         if best is None or rank > best[0]:
             best = (rank, src)
-    if best is not None:
-        src = best[1]
-        src.path, src.device, src.inode = path, st.st_dev, st.st_ino
-        if src.fingerprint_len < fp_len:  # the file grew past what we hashed: hash more of it
-            src.fingerprint, src.fingerprint_len = fp, fp_len
+    if best is None:
+        return None
+    src = best[1]
+    src.path, src.device, src.inode = path, st.st_dev, st.st_ino
+    if src.fingerprint_len < fp_len:  # the file grew past what we hashed: hash more of it
+        src.fingerprint, src.fingerprint_len = fp, fp_len
+    return src
+
+
+def find_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Source:
+    """The stored source this open file continues, or a new one (offset 0)."""
+    src = stored_source(con, path, st, head)
+    if src is not None:
         return src
-    source_id = hashlib.sha1(f"{fp}:{fp_len}:{st.st_dev}:{st.st_ino}".encode()).hexdigest()[:16]
+    fp_len = min(len(head), FP_LEN)
+    fp = _fingerprint(head[:fp_len])
+    key = f"{fp}:{fp_len}:{st.st_dev}:{st.st_ino}"
+    source_id = hashlib.sha1(key.encode()).hexdigest()[:16]
+    # The id is derived from the identity so that two writers racing on one new file agree on it.
+    # A stored source can have this id yet not match (same inode truncated and rewritten with the
+    # same first line, shorter than its checkpoint): salt the id, or its checkpoint would block us.
+    salt = 0
+    while con.execute("SELECT 1 FROM sources WHERE source_id = ?", [source_id]).fetchone():
+        salt += 1
+        source_id = hashlib.sha1(f"{key}:{salt}".encode()).hexdigest()[:16]
     return schema.Source(source_id=source_id, path=path, device=st.st_dev, inode=st.st_ino,
                          fingerprint=fp, fingerprint_len=fp_len, offset_bytes=0, lines_done=0)
 
@@ -227,14 +247,19 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
 
 
 class FileIngestor:
-    """Ingests one path, across rotations: remembers the open file and its source between calls."""
+    """Ingests one path, across rotations: remembers the open file and its source between calls.
+
+    `known_only`: only continue a source already stored (never start a new one); `tail` uses it for
+    rotated siblings (`server.log.1`), which may hold the unread end of a source but must not be
+    ingested from their start when they are old archives."""
 
     def __init__(self, db: str | Path, path: str | Path, run_id: str | None = None,
-                 chunk_bytes: int = CHUNK_BYTES):
+                 chunk_bytes: int = CHUNK_BYTES, known_only: bool = False):
         self.db = str(db)
         self.path = os.path.abspath(path)
         self.run_id = run_id
         self.chunk_bytes = chunk_bytes
+        self.known_only = known_only
         self._fh = None
         self._src: schema.Source | None = None
         self._attached: set[str] = set()
@@ -287,7 +312,14 @@ class FileIngestor:
         if b"\n" not in head and len(head) < FP_LEN:
             return None  # nothing complete yet: do not register a source for it
         with store.writer(self.db) as con:
+            if self.known_only:
+                return stored_source(con, self.path, st, head)
             return find_source(con, self.path, st, head)
+
+    def _same_head(self, src: schema.Source) -> bool:
+        """Does the open file still start with the bytes `src` fingerprinted?"""
+        head = os.pread(self._fh.fileno(), src.fingerprint_len, 0)
+        return _fingerprint(head) == src.fingerprint
 
     def _drain(self) -> IngestResult:
         result = IngestResult(self.path)
@@ -297,9 +329,7 @@ class FileIngestor:
                 return result
         else:
             # Re-check the fingerprint: the file may have been replaced by one of the same inode.
-            self._fh.seek(0)
-            head = self._fh.read(self._src.fingerprint_len)
-            if _fingerprint(head) != self._src.fingerprint:
+            if not self._same_head(self._src):
                 self._src = self._identify()
                 if self._src is None:
                     return result
@@ -325,6 +355,11 @@ class FileIngestor:
                 else:
                     return result
             data = data[:cut + 1]
+            # Truncated and rewritten past our offset while we read (copy-truncate)? Then `data` may
+            # be new bytes: store nothing, identify the file again next time.
+            if not self._same_head(src):
+                self._src = None
+                return result
             batches = _Batches()
             parse_chunk(data, src.source_id, self.path, src.offset_bytes, src.lines_done,
                         batches, result)
@@ -334,18 +369,18 @@ class FileIngestor:
                 self._fh.seek(0)
                 head = self._fh.read(min(FP_LEN, new_offset))
                 src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
+            attach = self.run_id if src.source_id not in self._attached else None
             with store.writer(self.db) as con:
                 try:
                     result.rows += store.append_with_checkpoint(
                         con, src, src.offset_bytes, new_offset, src.lines_done + lines,
-                        batches.tables)
+                        batches.tables, run_id=attach)
                 except store.CheckpointMoved:
                     # Someone else stored this range first: re-read our position and go on.
                     self._src = None
                     return result
-                if self.run_id and src.source_id not in self._attached:
-                    store.attach_source(con, self.run_id, src.source_id)
-                    self._attached.add(src.source_id)
+            if attach:
+                self._attached.add(src.source_id)
             src.offset_bytes = new_offset
             src.lines_done += lines
             result.lines += lines

@@ -48,6 +48,10 @@ class CheckpointMoved(StoreError):
 
 def _is_lock_error(exc: Exception) -> bool:
     msg = str(exc)
+    if "different configuration than existing connections" in msg:
+        # This process already has the file open the other way (read-only vs read-write), e.g. a
+        # `tail.follow` thread inside the sweep while a reader opens: as short-lived as a lock.
+        return True
     return "lock" in msg.lower() and ("Conflicting" in msg or "Could not set lock" in msg)
 
 

@@ -1,0 +1,246 @@
+"""File identity cases for `tail.follow`, in-process, on real files and real DuckDB files.
+
+Each decode line carries a sequence number twice (`Decode batch [seq]` -> forward_iter and
+`#token: seq` -> kv_tokens) and `#running-req: seq % 97`, so exactly-once and content are checked
+by SQL. `once()` runs follow with `stop` already set: one full poll (main file and rotated siblings)
+from the committed checkpoints, as after a restart. `Live` runs follow in a thread, as the sweep does.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+
+import pytest
+
+from specwatch import store, tail
+
+RUN = "r1"
+
+
+def line(seq: int) -> bytes:
+    return (f"[2025-10-27 16:40:02] Decode batch [{seq}], #running-req: {seq % 97}, #token: {seq}, "
+            "token usage: 0.04, accept len: 3.12, accept rate: 0.78, cuda graph: True, "
+            "gen throughput (token/s): 911.30, #queue-req: 0, \n").encode()
+
+
+def write(path, seqs, mode="ab"):
+    with open(path, mode) as f:
+        for s in seqs:
+            f.write(line(s))
+
+
+def once(db, log, run=RUN):
+    stop = threading.Event()
+    stop.set()
+    tail.follow(db, [str(log)], run=run, stop=stop)
+
+
+def rows(db, sql="SELECT kv_tokens FROM decode_windows ORDER BY kv_tokens"):
+    with store.reader(db) as con:
+        return con.execute(sql).fetchall()
+
+
+def assert_exactly(db, seqs, run=RUN):
+    """Every sequence number stored once, with its content, and inside the run's scope."""
+    got = rows(db, "SELECT kv_tokens, forward_iter, running_req, accept_len FROM decode_windows "
+                   "ORDER BY kv_tokens")
+    assert [r[0] for r in got] == sorted(seqs)
+    assert all(r[1] == r[0] and r[2] == r[0] % 97 and r[3] == 3.12 for r in got)
+    scoped = rows(db, f"SELECT count(*) FROM decode_windows_scoped WHERE run_id = '{run}'")[0][0]
+    assert scoped == len(seqs)
+
+
+class Live:
+    """follow() in a thread; `wait(n)` until n rows are stored."""
+
+    def __init__(self, db, log, poll_interval_s=0.05):
+        self.db = db
+        self.stop = threading.Event()
+        self.error = None
+        self.thread = threading.Thread(target=self._run, args=(db, log, poll_interval_s))
+        self.thread.start()
+
+    def _run(self, db, log, poll_interval_s):
+        try:
+            tail.follow(db, [str(log)], run=RUN, poll_interval_s=poll_interval_s, stop=self.stop)
+        except BaseException as exc:  # surfaced by close()
+            self.error = exc
+
+    def wait(self, n, timeout_s=10.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if os.path.exists(self.db) and rows(self.db, "SELECT count(*) FROM decode_windows")[0][0] >= n:
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"fewer than {n} rows after {timeout_s} s: {rows(self.db)[-3:]}")
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=20)
+        assert not self.thread.is_alive()
+        if self.error:
+            raise self.error
+
+
+@pytest.fixture
+def env(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    return str(tmp_path / "t.duckdb"), logs / "server.log"
+
+
+def test_partial_last_line_waits_for_its_newline(env):
+    db, log = env
+    write(log, range(10))
+    half = line(10)
+    with open(log, "ab") as f:
+        f.write(half[:40])
+    once(db, log)
+    assert_exactly(db, range(10))
+    with open(log, "ab") as f:
+        f.write(half[40:])
+    write(log, [11])
+    once(db, log)
+    assert_exactly(db, range(12))
+
+
+def test_copy_truncate_while_stopped_drains_the_copy(env):
+    db, log = env
+    write(log, range(50))
+    once(db, log)
+    write(log, range(50, 60))               # not read before the rotation
+    shutil.copyfile(log, str(log) + ".1")
+    os.truncate(log, 0)
+    write(log, range(60, 70))
+    once(db, log)
+    assert_exactly(db, range(70))
+    assert rows(db, "SELECT count(*) FROM sources")[0][0] == 2
+
+
+def test_copy_truncate_live(env):
+    db, log = env
+    live = Live(db, log)
+    try:
+        write(log, range(50))
+        live.wait(50)
+        write(log, range(50, 60))
+        shutil.copyfile(log, str(log) + ".1")
+        os.truncate(log, 0)
+        write(log, range(60, 70))
+        live.wait(70)
+    finally:
+        live.close()
+    assert_exactly(db, range(70))
+
+
+def test_rename_create_while_stopped_drains_the_renamed_file(env):
+    db, log = env
+    write(log, range(50))
+    once(db, log)
+    write(log, range(50, 60))
+    os.rename(log, str(log) + ".1")
+    write(log, range(60, 70))
+    once(db, log)
+    assert_exactly(db, range(70))
+
+
+def test_rename_create_live_old_writer_keeps_writing(env):
+    """logrotate `create` without a reopen signal: the server writes to the renamed file a while."""
+    db, log = env
+    live = Live(db, log)
+    try:
+        old = open(log, "ab", buffering=0)
+        for s in range(50):
+            old.write(line(s))
+        live.wait(50)
+        os.rename(log, str(log) + ".1")
+        write(log, range(100, 110))         # the new file appears ...
+        live.wait(60)
+        for s in range(50, 60):              # ... while the old inode still grows
+            old.write(line(s))
+        old.close()
+        live.wait(70)
+    finally:
+        live.close()
+    assert_exactly(db, list(range(60)) + list(range(100, 110)))
+
+
+def test_delete_and_recreate_live_drains_the_deleted_file(env):
+    db, log = env
+    live = Live(db, log)
+    try:
+        write(log, range(50))
+        live.wait(50)
+        write(log, range(50, 60))
+        os.unlink(log)                       # tail still holds the open file: its tail is read
+        write(log, range(60, 70))
+        live.wait(70)
+    finally:
+        live.close()
+    assert_exactly(db, range(70))
+
+
+def test_replaced_in_place_by_longer_different_file_is_read_from_its_start(env):
+    """Same path, same inode, new content longer than the old checkpoint: the fingerprint, not
+    the size, tells it is another file, so none of its first bytes are skipped."""
+    db, log = env
+    write(log, range(5))
+    once(db, log)
+    write(log, range(1000, 1040), mode="wb")
+    once(db, log)
+    assert_exactly(db, list(range(5)) + list(range(1000, 1040)))
+
+
+def test_replaced_by_rename_of_another_file(env):
+    db, log = env
+    write(log, range(20))
+    once(db, log)
+    other = log.parent / "incoming.tmp"
+    write(other, range(500, 530))
+    os.replace(other, log)
+    once(db, log)
+    write(log, range(530, 535))
+    once(db, log)
+    assert_exactly(db, list(range(20)) + list(range(500, 535)))
+
+
+def test_old_archives_and_database_next_to_the_log_are_not_ingested(env, tmp_path):
+    db, log = env
+    write(str(log) + ".7", range(900, 910))  # an archive from an earlier run
+    db = str(log) + ".duckdb"                # a database named like a rotated sibling
+    write(log, range(10))
+    once(db, log)
+    once(db, log)
+    assert_exactly(db, range(10))
+
+
+def test_stop_drains_what_was_written_before_it(env):
+    db, log = env
+    live = Live(db, log, poll_interval_s=5.0)
+    write(log, range(3))
+    live.wait(3)
+    write(log, range(3, 200))
+    live.close()
+    assert_exactly(db, range(200))
+
+
+def test_file_that_does_not_exist_yet_is_waited_for(env):
+    db, log = env
+    shutil.rmtree(log.parent)
+    live = Live(db, log)
+    try:
+        time.sleep(0.3)
+        log.parent.mkdir()
+        write(log, range(10))
+        live.wait(10)
+    finally:
+        live.close()
+    assert_exactly(db, range(10))
+
+
+def test_a_directory_is_refused_with_a_reason(env):
+    db, log = env
+    with pytest.raises(tail.TailError, match="is a directory"):
+        once(db, log.parent)

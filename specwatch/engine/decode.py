@@ -91,6 +91,38 @@ def _mask(seq_lens: torch.Tensor, kv_len: int, local: torch.Tensor) -> torch.Ten
     return ((rel < 0)[:, None, :] | (picked & (rel < M)[:, None, :]))[:, None]
 
 
+def sample_tree(probs: torch.Tensor, next_token: list[int], next_sibling: list[int], tokens: list[int],
+                gen: torch.Generator) -> tuple[list[int], list[int]]:
+    """Speculative sampling down one draft tree; returns (accepted path nodes, emitted tokens).
+
+    probs [N, V]: the target's distribution after each node (softmax(logits/T), top-p applied);
+    next_token / next_sibling: the tree's first-child / next-sibling lists (-1 = none); tokens:
+    node tokens (node 0 = root). Drafts are deterministic top-k picks, i.e. one-hot proposals, so
+    the rule is: at the current node with residual r (initially its probs), try the children in
+    sibling order, accepting child x with probability r(x)/sum(r); on rejection set r(x) = 0 and
+    try the next; if none is accepted (or there are no children), sample the last token from
+    r/sum(r). Each emitted token is then distributed exactly as the target's probs at its
+    position (SGLang's target-only tree sampling rule; Leviathan et al. with one-hot drafts).
+    """
+    node, path, out = 0, [0], []
+    while True:
+        r = probs[node].clone()
+        child = next_token[node]
+        accepted = False
+        while child != -1:
+            x = tokens[child]
+            if float(torch.rand((), generator=gen)) * float(r.sum()) < float(r[x]):
+                path.append(child)
+                out.append(x)
+                node, accepted = child, True
+                break
+            r[x] = 0.0
+            child = next_sibling[child]
+        if not accepted:
+            out.append(int(torch.multinomial(r / r.sum(), 1, generator=gen)))
+            return path, out
+
+
 class SpecDecoder:
     """EAGLE-3 speculative decoder (or a plain decoder when `draft_path` is None).
 
@@ -334,7 +366,8 @@ class SpecDecoder:
         paths, emitted = [], []
         for b, req in enumerate(reqs):
             if req.temperature > 0:
-                path, toks = self._sample_walk(b, logits[b], tree, req, seqs[b].gen)
+                path, toks = sample_tree(self._probs(logits[b], req), tree.retrive_next_token[b].tolist(),
+                                         tree.retrive_next_sibling[b].tolist(), tokens[b], seqs[b].gen)
             else:
                 path = [g - b * N for g in acc_index[b][:acc_len[b] + 1]]
                 toks = [tokens[b][n] for n in path[1:]] + [bonus[b]]
@@ -357,36 +390,6 @@ class SpecDecoder:
             stats.num_accepted_drafts += accepted
             stats.num_generated_tokens += len(toks)
         return stats
-
-    def _sample_walk(self, b, logits, tree, req, gen):
-        """Speculative sampling down the tree for one request; returns (path nodes, emitted tokens).
-
-        Drafts are deterministic (top-k), i.e. one-hot proposals, so the rule is: at the current
-        node with target distribution r, try its children in sibling order, accepting child x with
-        probability r(x)/sum(r); on rejection set r(x)=0 and try the next; if none is accepted,
-        sample the bonus from r/sum(r). Every emitted token is then distributed exactly as the
-        target's softmax(logits/T) (top-p truncated), as in SGLang's target-only tree sampling.
-        """
-        nxt = tree.retrive_next_token[b].tolist()
-        sib = tree.retrive_next_sibling[b].tolist()
-        tok = tree.draft_token[b].tolist()
-        node, path, out = 0, [0], []
-        while True:
-            r = self._probs(logits[node], req)
-            child = nxt[node] if len(path) <= self.num_steps else -1
-            accepted = False
-            while child != -1:
-                x = tok[child]
-                if float(torch.rand((), generator=gen)) * float(r.sum()) < float(r[x]):
-                    path.append(child)
-                    out.append(x)
-                    node, accepted = child, True
-                    break
-                r[x] = 0.0
-                child = sib[child]
-            if not accepted:
-                out.append(int(torch.multinomial(r / r.sum(), 1, generator=gen)))
-                return path, out
 
     def _compact(self, slots, seq_lens, paths) -> None:
         """Move accepted tree nodes' target KV to consecutive positions seq_len + depth."""

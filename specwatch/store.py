@@ -30,6 +30,10 @@ from specwatch.views import VIEWS
 
 DEFAULT_DB = "specwatch.duckdb"
 LOCK_WAIT_S = 10.0
+# Retry delays while another process holds the file grow to at most this. Short on purpose: `tail`
+# leaves the file free >= 100 ms between ~50 ms write bursts, and a reader that sleeps longer than
+# that gap keeps missing it (bench_tail_latency: with a 100 ms cap, reader open wait p99 ~640 ms).
+LOCK_RETRY_MAX_S = 0.025
 
 _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
@@ -70,7 +74,7 @@ def connect(path: str | Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> d
                                      f"{wait_s:.0f} s; try again, or stop the other writer") from None
                 raise StoreError(f"{path}: cannot open database: {exc}") from None
             time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 1.6, 0.1)
+            delay = min(delay * 1.6, LOCK_RETRY_MAX_S)
 
 
 @contextlib.contextmanager
@@ -133,8 +137,11 @@ def arrow_table(table: str, rows: dict[str, list]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def insert(con: duckdb.DuckDBPyConnection, table: str, rows: dict[str, list]) -> int:
-    tbl = arrow_table(table, rows)
+def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
+    """Insert column lists ({column: [values]}), an Arrow table in schema order, or a list of either."""
+    if isinstance(rows, list):
+        return sum(insert(con, table, r) for r in rows)
+    tbl = rows if isinstance(rows, pa.Table) else arrow_table(table, rows)
     if tbl.num_rows == 0:
         return 0
     con.register("_specwatch_batch", tbl)
@@ -143,6 +150,22 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: dict[str, list]) ->
     finally:
         con.unregister("_specwatch_batch")
     return tbl.num_rows
+
+
+def arrow_from_columns(table: str, cols: dict[str, pa.Array], n: int, **constants) -> pa.Table:
+    """An Arrow table in schema order from typed arrays; absent columns are NULL, `constants` fill."""
+    arrays, names = [], []
+    for name, sql in schema.columns(schema.TABLES[table]):
+        typ = _ARROW[sql.split()[0]]
+        if name in constants:
+            arr = pa.array([constants[name]] * n, type=typ)
+        elif name in cols:
+            arr = cols[name].cast(typ)
+        else:
+            arr = pa.nulls(n, type=typ)
+        arrays.append(arr)
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source, expect_offset: int,

@@ -250,8 +250,10 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-        where = f"{path}:{m.group(1)}" if m else path
-        raise SweepFileError(f"{where}: not valid TOML: {re.sub(r' ?[(]at line.*', '', msg)}"
+        line = m.group(1) if m else max(1, len(text.splitlines())) if "end of document" in msg \
+            else None
+        where = f"{path}:{line}" if line else path
+        raise SweepFileError(f"{where}: not valid TOML: {re.sub(r' ?[(]at (line|end).*', '', msg)}"
                              ) from None
     lines = _Lines(path, text)
     base_dir = base_dir or Path.cwd()
@@ -355,7 +357,7 @@ def _workload(w: dict, lines: _Lines, base_dir: Path, engine: str) -> Workload:
         if not p.is_file():
             raise SweepFileError(f"{lines.at('workload', 'prompts')}: prompts: {p} is not a file; "
                                  "give a JSONL or ShareGPT file, or builtin:mixed")
-        prompts = str(p)
+        prompts = str(p.resolve())
         if fmt is None:
             fmt = "sharegpt" if "conversations" in p.read_text(errors="replace")[:20000] else "jsonl"
     if fmt not in ("jsonl", "sharegpt"):

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specwatch import parse, schema, store
+from specwatch import fastscan, parse, schema, store
 
 FP_LEN = 1024              # bytes hashed to fingerprint a file
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst
@@ -133,6 +133,17 @@ class _Batches:
 
     def __init__(self):
         self.tables: dict[str, dict[str, list]] = {}
+        self.arrow: dict[str, list] = {}
+
+    def all(self) -> dict[str, list]:
+        """{table: [column lists and/or Arrow tables]} for store.insert."""
+        out = {t: [c] for t, c in self.tables.items()}
+        for t, tbls in self.arrow.items():
+            out.setdefault(t, []).extend(tbls)
+        return out
+
+    def add_arrow(self, table: str, tbl) -> None:
+        self.arrow.setdefault(table, []).append(tbl)
 
     def add(self, table: str, row: dict) -> None:
         cols = self.tables.get(table)
@@ -140,9 +151,6 @@ class _Batches:
             cols = self.tables[table] = {c: [] for c in schema.column_names(table)}
         for c, lst in cols.items():
             lst.append(row.get(c))
-
-    def count(self) -> int:
-        return sum(len(next(iter(c.values()))) for c in self.tables.values())
 
 
 _COLS = {kind: fmt for kind, fmt in parse.FORMATS.lines.items()}
@@ -167,7 +175,10 @@ def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> 
             row[col.column] = value
             if col.column == "graph_enabled":
                 row["graph_device"] = key.split("_")[0]
-        row["fields"] = store.dumps(f)
+        # `fields` keeps what no typed column holds, so typed columns + fields = the whole line
+        extra = {k: v for k, v in f.items()
+                 if k not in _COLS[rec.kind].by_key and k not in ("forward_iter", "engine")}
+        row["fields"] = store.dumps(extra) if extra else None
         return schema.KIND_TABLE[rec.kind], row
     if rec.kind == "server_args":
         row.update(
@@ -192,9 +203,55 @@ def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> 
     return "events", row
 
 
+def _parse_line_into(raw: bytes, here: int, line_no: int, source_id: str, path: str,
+                     batches: _Batches, result: IngestResult, bad_utf8: list[int]) -> None:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        bad_utf8.append(line_no)
+        text = raw.decode("utf-8", errors="replace")
+    got = parse.parse_line(text)
+    if got is None:
+        return
+    if isinstance(got, parse.Rejected):
+        batches.add("rejected_lines", {
+            "source_id": source_id, "byte_offset": here, "line_no": line_no, "path": path,
+            "kind": got.kind, "reason": got.reason, "field": got.field,
+            "line_text": text[:MAX_LINE_TEXT]})
+        result.rejected += 1
+        return
+    table, row = record_row(got, source_id, here, line_no)
+    batches.add(table, row)
+
+
+def _warn(result: IngestResult, path: str, what: str, first: int, n: int) -> None:
+    if n:
+        more = f" ({n} lines like this)" if n > 1 else ""
+        result.warnings.append(f"{path}:{first}: {what}{more}; is this a log file?")
+
+
 def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start_line: int,
                 batches: _Batches, result: IngestResult) -> None:
-    """Parse complete lines in `data` (which ends with a newline) into `batches`."""
+    """Parse complete lines in `data` (which ends with a newline) into `batches`.
+
+    With the C accelerator built, canonical SGLang decode/prefill lines are extracted in bulk
+    (`fastscan`) and only the other anchored lines go through `parse`; without it, `parse` sees
+    every anchored line. Both store identical rows (tests/test_fastscan.py)."""
+    if fastscan.available():
+        sr = fastscan.scan(data, start_offset, start_line)
+        for table, cols in (("decode_windows", sr.decode), ("prefill_windows", sr.prefill)):
+            n = len(cols["byte_offset"])
+            if n:
+                batches.add_arrow(table, store.arrow_from_columns(table, cols, n, source_id=source_id))
+        bad_utf8: list[int] = []
+        for rel, line_no in sr.slow_lines.tolist():
+            end = data.index(b"\n", rel)
+            _parse_line_into(data[rel:end], start_offset + rel, line_no, source_id, path, batches,
+                             result, bad_utf8)
+        _warn(result, path, "invalid UTF-8, read with replacement characters", sr.first_bad_utf8,
+              sr.n_bad_utf8)
+        _warn(result, path, "binary data (NUL bytes), skipped", sr.first_binary, sr.n_binary)
+        return
     try:
         data.decode("utf-8")
         valid = True
@@ -203,8 +260,8 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
     binary = b"\x00" in data
     offset = start_offset
     line_no = start_line
-    bad_utf8 = []
-    bad_binary = []
+    bad_utf8: list[int] = []
+    bad_binary: list[int] = []
     for raw in data.split(b"\n")[:-1]:
         line_no += 1
         here = offset
@@ -222,28 +279,11 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
                 except UnicodeDecodeError:
                     bad_utf8.append(line_no)
             continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            bad_utf8.append(line_no)
-            text = raw.decode("utf-8", errors="replace")
-        got = parse.parse_line(text)
-        if got is None:
-            continue
-        if isinstance(got, parse.Rejected):
-            batches.add("rejected_lines", {
-                "source_id": source_id, "byte_offset": here, "line_no": line_no, "path": path,
-                "kind": got.kind, "reason": got.reason, "field": got.field,
-                "line_text": text[:MAX_LINE_TEXT]})
-            result.rejected += 1
-            continue
-        table, row = record_row(got, source_id, here, line_no)
-        batches.add(table, row)
-    for what, lines in (("invalid UTF-8, read with replacement characters", bad_utf8),
-                        ("binary data (NUL bytes), skipped", bad_binary)):
-        if lines:
-            more = f" ({len(lines)} lines like this)" if len(lines) > 1 else ""
-            result.warnings.append(f"{path}:{lines[0]}: {what}{more}; is this a log file?")
+        _parse_line_into(raw, here, line_no, source_id, path, batches, result, bad_utf8)
+    _warn(result, path, "invalid UTF-8, read with replacement characters",
+          bad_utf8[0] if bad_utf8 else -1, len(bad_utf8))
+    _warn(result, path, "binary data (NUL bytes), skipped", bad_binary[0] if bad_binary else -1,
+          len(bad_binary))
 
 
 class FileIngestor:
@@ -374,7 +414,7 @@ class FileIngestor:
                 try:
                     result.rows += store.append_with_checkpoint(
                         con, src, src.offset_bytes, new_offset, src.lines_done + lines,
-                        batches.tables, run_id=attach)
+                        batches.all(), run_id=attach)
                 except store.CheckpointMoved:
                     # Someone else stored this range first: re-read our position and go on.
                     self._src = None

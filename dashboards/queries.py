@@ -1,0 +1,101 @@
+"""The dashboard's SQL, in one place: selections over specwatch's views, nothing more.
+
+Every metric shown comes from `config_summary`, `config_flags` or `decode_windows_scoped`
+(specwatch/views.py, where the formulas live). What is here only picks rows and columns, labels them,
+orders them, sums raw counts for display, and thins a time series for plotting.
+
+Not for: metric formulas. If the dashboard needs a number the views don't have, add it to views.py.
+Queries take their run ids as one `VARCHAR[]` parameter so the text stays constant (and cacheable).
+"""
+from __future__ import annotations
+
+# A cheap fingerprint of everything the dashboard reads: it changes whenever ingest advances a
+# checkpoint, a sweep inserts requests, or a run row is created or updated. Heavy queries are cached
+# on it, so an idle dashboard polling every few seconds costs one small query per poll.
+STAMP = """
+SELECT
+  (SELECT count(*) FROM runs) AS runs,
+  (SELECT hash(list(runs ORDER BY run_id)) FROM runs) AS runs_hash,
+  (SELECT coalesce(sum(offset_bytes), 0) FROM sources) AS ingested_bytes,
+  (SELECT count(*) FROM run_sources) AS run_sources,
+  (SELECT count(*) FROM requests) AS requests
+"""
+
+# The runs the sidebar offers, newest sweep last. `scope` groups runs without a sweep.
+RUNS = """
+SELECT run_id, run_name, coalesce(sweep_name, '(ingested logs)') AS scope, sweep_name, config_name,
+  origin, concurrency, status, created_at
+FROM runs
+ORDER BY sweep_name NULLS FIRST, config_name NULLS FIRST, concurrency NULLS FIRST, run_name
+"""
+
+# One row per run and server config: config_summary with its flags and the baseline's name.
+# `config` is the label used everywhere: the sweep's config name, else the run (log file) name.
+# `role` is `baseline` for a run that is its own baseline, `spec` for a speculative run.
+COMPARE = """
+WITH s AS (
+  SELECT * FROM config_summary WHERE run_id IN (SELECT unnest(?::VARCHAR[]))
+)
+SELECT
+  coalesce(s.config_name, s.run_name) AS config,
+  s.run_name, s.sweep_name, s.concurrency,
+  CASE WHEN s.speculative_algorithm IS NOT NULL THEN 'spec'
+       WHEN s.baseline_run_id = s.run_id THEN 'baseline' END AS role,
+  s.speculative_algorithm, s.speculative_num_steps AS steps, s.speculative_eagle_topk AS topk,
+  s.speculative_num_draft_tokens AS draft_tokens, s.tp_size, s.dp_size,
+  s.accept_len, s.accept_rate, s.accept_rate_printed,
+  s.gen_throughput_tok_s, s.output_tok_s, s.speedup_gen, s.speedup_client,
+  s.ttft_ms_p50, s.ttft_ms_p99, s.itl_ms_p50, s.itl_ms_p99,
+  s.windows, s.status, s.failure_reason,
+  f.low_accept_len, f.slower_than_baseline,
+  b.run_name AS baseline, s.model_path, s.sglang_version, s.run_id, s.config_offset
+FROM s
+LEFT JOIN config_flags f
+  ON f.run_id = s.run_id AND f.config_offset IS NOT DISTINCT FROM s.config_offset
+LEFT JOIN runs b ON b.run_id = s.baseline_run_id
+ORDER BY s.sweep_name NULLS FIRST, s.model_path, role NULLS LAST, config, s.concurrency NULLS FIRST,
+  s.config_offset NULLS FIRST
+"""
+
+# Decode windows of some runs for the time series. `t_s` is seconds since the run's first window,
+# so runs recorded on different days overlay; `every` thins each (run, DP rank) series to about
+# ? points for plotting (display only: summaries use every window, see config_summary).
+WINDOWS = """
+WITH w AS (
+  SELECT d.run_id, coalesce(r.config_name, r.run_name) AS config, d.ts, d.dp_rank,
+    d.accept_len, d.gen_throughput_tok_s, d.after_idle, d.byte_offset,
+    row_number() OVER (PARTITION BY d.run_id, d.dp_rank ORDER BY d.byte_offset) AS n,
+    count(*) OVER (PARTITION BY d.run_id, d.dp_rank) AS total
+  FROM decode_windows_scoped d JOIN runs r USING (run_id)
+  WHERE d.run_id IN (SELECT unnest(?::VARCHAR[]))
+)
+SELECT run_id, config, ts,
+  date_diff('millisecond', min(ts) OVER (PARTITION BY run_id), ts) / 1000.0 AS t_s,
+  coalesce(dp_rank, 0) AS dp_rank, accept_len, gen_throughput_tok_s, after_idle, total
+FROM w
+WHERE (n - 1) % greatest(1, ceil(total / ?)::BIGINT) = 0
+ORDER BY run_id, dp_rank, byte_offset
+"""
+
+# Verify steps by number of accepted draft tokens, summed over a run's measured requests (warm-up
+# and failed requests excluded). Index 0 of `spec_accept_histogram` counts steps accepting none.
+HISTOGRAM = """
+WITH h AS (
+  SELECT q.run_id,
+    generate_subscripts(q.spec_accept_histogram, 1) - 1 AS accepted_drafts,
+    unnest(q.spec_accept_histogram) AS verify_steps
+  FROM requests q
+  WHERE q.run_id IN (SELECT unnest(?::VARCHAR[])) AND q.spec_accept_histogram IS NOT NULL
+    AND NOT coalesce(q.is_warmup, false) AND coalesce(q.success, true)
+)
+SELECT h.run_id, coalesce(r.config_name, r.run_name) AS config, r.concurrency,
+  h.accepted_drafts, sum(h.verify_steps) AS verify_steps
+FROM h JOIN runs r USING (run_id)
+GROUP BY ALL
+ORDER BY config, r.concurrency NULLS FIRST, h.accepted_drafts
+"""
+
+DEFAULT_SQL = """SELECT run_name, config_name, concurrency, accept_len, accept_rate,
+  gen_throughput_tok_s, output_tok_s, speedup_gen, speedup_client, status
+FROM config_summary
+ORDER BY accept_len DESC NULLS LAST"""

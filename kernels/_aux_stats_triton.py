@@ -150,7 +150,9 @@ def _row_block(tokens: int, segments: int, device: torch.device) -> int:
     return bt
 
 
-BLOCK_D = 512  # bf16 columns per tile: 16-byte loads for 4 warps at BT <= 4
+# A [BT, BD] tile holds TILE elements: up to 7 fp32 accumulators of that size stay in registers
+# with 4 warps (16 rows x 512 columns spilled on the H200 and ran 16x slower with `ref`).
+TILE = 2048
 
 
 def aux_stats_triton(aux, num_segments=3, ref=None, candidates=None, block_t: int | None = None):
@@ -178,7 +180,7 @@ def aux_stats_triton(aux, num_segments=3, ref=None, candidates=None, block_t: in
     has_ref = ref is not None
     _aux_stats_kernel[(nblk, c)](
         aux, aux.stride(0), ref if has_ref else aux, ref.stride(0) if has_ref else 0, tokens, d,
-        part_f, part_n, C=c, BT=bt, BD=BLOCK_D, HAS_REF=has_ref, num_warps=4)
+        part_f, part_n, C=c, BT=bt, BD=TILE // bt, HAS_REF=has_ref, num_warps=4)
     out_f = torch.empty(7, c, dtype=torch.float32, device=device)
     out_n = torch.empty(c, dtype=torch.int64, device=device)
     _aux_finalize_kernel[(c,)](part_f, part_n, nblk, float(tokens * d), float(tokens), out_f, out_n,
@@ -197,6 +199,6 @@ def aux_stats_triton(aux, num_segments=3, ref=None, candidates=None, block_t: in
         part = torch.empty(nblk_c, lc, c, dtype=torch.float32, device=device)
         _aux_candidates_kernel[(nblk_c, lc)](
             aux, aux.stride(0), candidates, candidates.stride(0), candidates.stride(1), tokens, d, part,
-            C=c, CP=triton.next_power_of_2(c), LC=lc, BT=bt_c, BD=256, num_warps=4)
+            C=c, CP=triton.next_power_of_2(c), LC=lc, BT=bt_c, BD=TILE // (4 * bt_c), num_warps=4)
         fields.update(candidate_cosine=(part.sum(0) / tokens).t().contiguous())
     return AuxStats(**fields)

@@ -29,20 +29,20 @@ SPECS = []
 for dt in ("bf16", "fp32"):
     for K in (1, 4, 8):
         KP = triton.next_power_of_2(K)
-        SPECS.append((D._draft_topk_partial_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32",
-            part_m_ptr="*fp32", part_s_ptr="*fp32", part_v_ptr="*fp32", part_g_ptr="*i32", nsplit="i32"),
-            dict(K=K, KP=KP, BLOCK=4096, GROUP_SIZE=32), 8))
-        SPECS.append((D._draft_topk_merge_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32",
-            part_m_ptr="*fp32", part_s_ptr="*fp32", part_v_ptr="*fp32", part_g_ptr="*i32", nsplit="i32",
+        SPECS.append((D._draft_topk_partial_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", n_groups="i32",
+            part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32"),
+            dict(BLOCK=4096, GROUP_SIZE=32), 8))
+        SPECS.append((D._draft_topk_merge_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", n_groups="i32",
+            part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
             hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64"),
-            dict(K=K, KP=KP, NSP=64, GROUP_SIZE=32, HAS_HOT=True), 4))
+            dict(K=K, KP=KP, NSP=64, GP=8192, GROUP_SIZE=32, HAS_HOT=True), 8))
     SPECS.append((V._verify_tree_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", nsplit="i32",
         cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", key_ptr="*i64", ticket_ptr="*i32",
         predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",
         hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
         dict(N=8, NP=8, W=5, WP=8, BLOCK=2048, HAS_COUNTERS=True), 4))
     SPECS.append((A._aux_stats_kernel, dict(aux_ptr=P(dt), stride_aux="i64", ref_ptr=P(dt), stride_ref="i64",
-        tokens="i32", d="i32", part_f_ptr="*fp32", part_n_ptr="*i32"), dict(C=3, BT=4, BD=512, HAS_REF=True), 4))
+        tokens="i32", d="i32", part_f_ptr="*fp32", part_n_ptr="*i32"), dict(C=3, BT=16, BD=128, HAS_REF=True), 4))
     SPECS.append((A._aux_candidates_kernel, dict(aux_ptr=P(dt), stride_aux="i64", cand_ptr=P(dt), stride_ct="i64",
         stride_cl="i64", tokens="i32", d="i32", part_ptr="*fp32"), dict(C=3, CP=4, LC=3, BT=4, BD=256), 4))
 SPECS.append((A._aux_finalize_kernel, dict(part_f_ptr="*fp32", part_n_ptr="*i32", nblk="i32", count="fp32",

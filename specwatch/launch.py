@@ -81,11 +81,17 @@ def command(engine: str, config, port: int, draft_path: str | None = None,
 
 
 def environment(base: dict[str, str], extra: tuple[tuple[str, str], ...] = (),
-                gpus: tuple[int, ...] | None = None) -> dict[str, str]:
-    """The server's env: ours + the sweep's `env` + CUDA_VISIBLE_DEVICES for its GPUs (if any)."""
+                gpus: tuple[int, ...] | None = None, engine: str = "sglang") -> dict[str, str]:
+    """The server's env: ours + the sweep's `env` + CUDA_VISIBLE_DEVICES for its GPUs (if any).
+    The built-in engine also gets this specwatch on PYTHONPATH (it runs as `-m specwatch.engine`,
+    which must import the same code whatever the working directory)."""
     env = dict(base)
     env.update(dict(extra))
     env["PYTHONUNBUFFERED"] = "1"
+    if engine == "builtin":
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(
+            os.pathsep) if p and p != root])
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     return env

@@ -286,7 +286,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
         argv = launch.command(sweep.engine, c, job.port, draft_path, sweep.launch_command,
                               sweep.sglang_version or (launch.installed_sglang_version()
                                                        if sweep.engine == "sglang" else None))
-        env = launch.environment(dict(os.environ), sweep.env, job.gpus)
+        env = launch.environment(dict(os.environ), sweep.env, job.gpus, sweep.engine)
         env["SPECWATCH_RUN_DIR"] = str(run_dir)    # lets tests find anything we leave behind
         server = launch.Server(argv, env, job.port, log_path)
         server.start()
@@ -299,7 +299,9 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
         t0 = time.monotonic()
         warm_specs, specs = load.build_requests(sweep.workload, load.read_prompts(sweep.workload))
         w = sweep.workload
-        first = warm_specs[0] if warm_specs else specs[0]
+        # The probe asks whether the server can serve at all: the shortest prompt, so that a
+        # workload whose long prompts exceed the context still gets measured (those fail as rows).
+        first = min(warm_specs + specs, key=lambda r: len(r.prompt))
         probe = load.probe(job.port, first, w.temperature, sweep.request_timeout_s)
         if not probe.success:
             raise launch.LaunchFailed(f"probe request failed: {probe.error}")

@@ -243,6 +243,15 @@ class Server:
     def exited(self) -> int | None:
         return self.proc.poll() if self.proc else None
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """The exit code if the process ends within `timeout_s`, else None."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def note_children(self) -> None:
         """Remember the current descendants, so a child that leaves the group is still checked."""
         if self.proc is not None and self.proc.poll() is None:

@@ -338,8 +338,16 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
             source_id = _ingest_to(ing, offset_to)
             summary = load.summarize(res)
             exit_code = server.exited()
+            answering = True
+            if exit_code is None and summary["requests_failed"]:
+                # A killed server takes a moment to be reapable; one that hangs never answers.
+                answering = server.health(timeout_s=5.0) is not None
+                if not answering:
+                    exit_code = server.wait_exit(2.0)
             status, reason = "ok", None
-            if exit_code is not None:
+            if exit_code is None and not answering:
+                status, reason = "failed", "server stopped answering during the load"
+            elif exit_code is not None:
                 status, reason = "failed", (f"server exited with code {exit_code} during the "
                                             "load")
             elif res.interrupted or (stop.is_set() and len(res.results) < len(specs)):
@@ -364,7 +372,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
                                        summary["output_tok_s"], res.wall_s))
             if progress:
                 progress.run_end(c.name, out.runs[-1])
-            if status == "failed" and exit_code is not None:
+            if status == "failed" and (exit_code is not None or not answering):
                 raise launch.LaunchFailed(reason)
             if status != "ok" and out.status == "ok":
                 out.status, out.failure_reason = ("interrupted" if status == "interrupted"

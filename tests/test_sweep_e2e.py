@@ -1,0 +1,280 @@
+"""Sweeps end to end on the built-in engine: real servers, real HTTP, a real DuckDB file.
+
+Default suite: failures become rows and the sweep goes on (bad flag, never ready, port in use,
+killed mid-load, requests that error), resume, Ctrl-C. Slow: the README's example sweep, with the
+stored numbers checked against what the server itself reported."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from specwatch import sweep, sweepfile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def leftovers(tmp_path: Path) -> list[int]:
+    """Live processes started by a sweep under tmp_path (sweep tags each server's environment)."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            env = open(f"/proc/{p}/environ", "rb").read()
+            state = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and f"SPECWATCH_RUN_DIR={tmp_path}".encode() in env:
+            out.append(int(p))
+    return out
+
+
+def rows(db: Path, sql: str, params=()) -> list[dict]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        cur = con.execute(sql, list(params))
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+    finally:
+        con.close()
+
+
+def quiet() -> sweep.Progress:
+    return sweep.Progress(stream=io.StringIO(), tty=False)
+
+
+HEAD = """\
+name = "{name}"
+model = "builtin:target"
+draft_model = "builtin:draft-eagle3"
+server_flags = ["--decode-log-interval", "4", "--context-length", "160"]
+concurrency = {conc}
+startup_timeout_s = {startup}
+stop_grace_s = 5
+{top}
+[workload]
+prompts = "prompts.jsonl"
+num_prompts = 4
+warmup_requests = 1
+output_tokens = 8
+"""
+
+PROMPTS = ["def add(a, b):\n", "Summarise: lists are mutable.", "What is 2 + 2?", "x" * 300]
+
+
+def make(tmp_path: Path, name: str, extra: str = "", conc: str = "[2]", startup: int = 120,
+         top: str = ""):
+    (tmp_path / "prompts.jsonl").write_text(
+        "".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    p = tmp_path / f"{name}.toml"
+    p.write_text(HEAD.format(name=name, conc=conc, startup=startup, top=top) + extra)
+    return sweepfile.load(p)
+
+
+def test_bad_flag_and_request_errors_are_rows_then_resume(tmp_path):
+    db = tmp_path / "s.duckdb"
+    s = make(tmp_path, "fail", """
+[[config]]
+name = "bad-flag"
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+server_flags = ["--decode-log-interval", "0"]
+""")
+    res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=quiet())
+    by = {o.config: o for o in res.outcomes}
+    assert set(by) == {"baseline", "bad-flag"}
+    got = {r["config_name"]: r for r in rows(db, "SELECT * FROM runs")}
+    base, bad = got["baseline"], got["bad-flag"]
+    # the prompt longer than the context fails as a row; the run is still measured
+    assert base["status"] == "ok" and (base["requests_ok"], base["requests_failed"]) == (3, 1)
+    assert "1 of 4 requests failed: HTTP 400" in base["failure_reason"]
+    assert base["output_tokens"] == 3 * 8 and base["output_tok_s"] > 0
+    reqs = rows(db, "SELECT * FROM requests WHERE run_id = ? AND NOT is_warmup ORDER BY "
+                    "request_idx", [base["run_id"]])
+    assert len(reqs) == 4 and sum(not r["success"] for r in reqs) == 1
+    assert all(r["output_tokens"] == 8 and len(r["itl_ms"]) == 7 for r in reqs if r["success"])
+    assert bad["status"] == "failed"
+    assert "server exited with code 2 before it was ready" in bad["failure_reason"]
+    assert "--decode-log-interval 0: must be >= 1" in bad["server_log_tail"]
+    assert all(o.stop_clean for o in res.outcomes if o.stop_clean is not None)
+    assert leftovers(tmp_path) == []
+    # the baseline's decode windows are scoped to its run by byte range
+    rng = rows(db, "SELECT * FROM run_sources WHERE run_id = ?", [base["run_id"]])[0]
+    assert 0 < rng["offset_from"] < rng["offset_to"]
+    # resume: nothing left to do; --force or a changed config measures again
+    again = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=quiet())
+    assert again.outcomes == [] and set(again.up_to_date) == {"baseline", "bad-flag"}
+    assert {c.name for c, _ in sweep.plan(s, str(db), force=True)} == {"baseline", "bad-flag"}
+    changed = make(tmp_path, "fail", """
+[[config]]
+name = "bad-flag"
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+server_flags = ["--decode-log-interval", "1"]
+""")
+    assert [c.name for c, _ in sweep.plan(changed, str(db), force=False)] == ["bad-flag"]
+
+
+STUB = textwrap.dedent("""
+    import subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    time.sleep(300)
+""")
+
+
+def test_never_ready_and_port_in_use_are_rows(tmp_path):
+    db = tmp_path / "s.duckdb"
+    launch_cmd = json.dumps([sys.executable, "-c", STUB])
+    s = make(tmp_path, "stuck", startup=2, top=f"launch_command = {launch_cmd}")
+    res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=quiet())
+    (o,) = res.outcomes
+    assert o.status == "failed" and "not ready after 2 s" in o.failure_reason
+    assert o.stop_clean and leftovers(tmp_path) == []
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        res = sweep.run_sweep(make(tmp_path, "busy", top=f"port = {port}"), str(db),
+                              str(tmp_path / "runs"), progress=quiet())
+    finally:
+        busy.close()
+    (o,) = res.outcomes
+    assert o.status == "failed" and f"port {port} is already in use" in o.failure_reason
+    got = rows(db, "SELECT status, failure_reason FROM runs WHERE sweep_name = 'busy'")
+    assert got == [{"status": "failed", "failure_reason": o.failure_reason}]
+
+
+class KillAtFirstRequest(sweep.Progress):
+    """Kills the server's whole process group when the first measured request completes."""
+
+    def __init__(self):
+        super().__init__(stream=io.StringIO(), tty=False)
+        self.pid = None
+        self.killed = False
+
+    def note(self, name, text):
+        m = re.search(r"launched pid (\d+)", text)
+        if m:
+            self.pid = int(m.group(1))
+        super().note(name, text)
+
+    def request_done(self, name, ok):
+        if not self.killed:
+            self.killed = True
+            os.killpg(self.pid, signal.SIGKILL)
+        super().request_done(name, ok)
+
+
+def test_server_killed_mid_load_fails_its_runs_and_leaves_nothing(tmp_path):
+    db = tmp_path / "s.duckdb"
+    s = make(tmp_path, "killed", conc="[1, 2]")
+    res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=KillAtFirstRequest())
+    (o,) = res.outcomes
+    got = {r["concurrency"]: r for r in rows(db, "SELECT * FROM runs")}
+    assert got[1]["status"] == "failed"
+    assert "server exited with code -9 during the load" in got[1]["failure_reason"]
+    assert got[1]["requests_failed"] >= 1 and got[1]["server_log_tail"]
+    assert got[2]["status"] == "failed" and "code -9" in got[2]["failure_reason"]
+    assert leftovers(tmp_path) == [] and o.stop_clean
+
+
+def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path):
+    db = tmp_path / "s.duckdb"
+    make(tmp_path, "ctrlc", conc="[1, 2]")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specwatch.cli", "run-sweep", str(tmp_path / "ctrlc.toml"),
+         "--db", str(db), "--out-dir", str(tmp_path / "runs")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "c=1 r=0 ok" in line:          # the first run is stored: interrupt the second
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(lines) + err
+    got = {r["concurrency"]: r["status"] for r in rows(db, "SELECT * FROM runs")}
+    assert got[1] == "ok" and got[2] == "interrupted"
+    assert "baseline/c1" in out                 # the table is still printed
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_example_sweep_numbers_match_the_server(tmp_path):
+    """The README main job: baseline + chain S=2/S=3 + tree + shifted aux ids, 2 concurrency
+    levels. Stored numbers are checked against the server's /server_info, the responses'
+    meta_info and the decode windows in the log."""
+    db = tmp_path / "e2e.duckdb"
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "specwatch.cli", "run-sweep", str(ROOT / "examples" /
+                                                                  "builtin_sweep.toml"),
+         "--db", str(db), "--out-dir", str(tmp_path / "runs"), "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert elapsed < 300, elapsed
+    out = json.loads(proc.stdout)
+    s = sweepfile.load(ROOT / "examples" / "builtin_sweep.toml")
+    interval = 8
+    report = {(r["config_name"], r["concurrency"]): r for r in out["report"]}
+    assert len(report) == len(s.configs) * len(s.concurrency) == 10
+    runs = {(r["config_name"], r["concurrency"]): r for r in rows(db, "SELECT * FROM runs")}
+    for (name, conc), run in runs.items():
+        assert run["status"] == "ok", run
+        reqs = rows(db, "SELECT * FROM requests WHERE run_id = ? AND NOT is_warmup",
+                    [run["run_id"]])
+        assert len(reqs) == s.workload.num_prompts and all(r["success"] for r in reqs)
+        assert all(r["output_tokens"] == 48 for r in reqs)
+        assert run["output_tokens"] == sum(r["output_tokens"] for r in reqs)
+        # the run's windows: exactly those its byte range holds in the stored decode lines
+        wins = rows(db, """SELECT d.* FROM decode_windows d JOIN run_sources rs
+                           ON d.source_id = rs.source_id AND d.byte_offset >= rs.offset_from
+                           AND d.byte_offset < rs.offset_to WHERE rs.run_id = ?
+                           ORDER BY d.byte_offset""", [run["run_id"]])
+        assert len(wins) >= 3, (name, conc)
+        if name == "baseline":
+            assert run["server_accept_len"] is None and all(r["spec_verify_ct"] is None
+                                                            for r in reqs)
+            if conc == 1:  # one request at a time: 47 decode steps each after the prefill token
+                assert len(wins) == sum(r["output_tokens"] - 1 for r in reqs) // interval
+            continue
+        # per response: SGLang's spec_accept_length = completion_tokens / spec_verify_ct
+        for r in reqs:
+            assert r["spec_accept_length"] == pytest.approx(48 / r["spec_verify_ct"])
+        if conc == 1:
+            # /flush_cache reset the counters, so the server's lifetime average covers exactly
+            # the windows in this run's range; at batch size 1 it is their plain mean
+            assert len(wins) == sum(r["spec_verify_ct"] for r in reqs) // interval
+            mean = sum(w["accept_len"] for w in wins) / len(wins)
+            assert run["server_accept_len"] == pytest.approx(mean, abs=0.006)
+        # the summary (windows after the first, batch-weighted) agrees with the server's
+        rep = report[(name, conc)]
+        assert rep["accept_len"] == pytest.approx(run["server_accept_len"], rel=0.1)
+        assert rep["accept_rate"] == pytest.approx(
+            (rep["accept_len"] - 1) / (run["speculative_num_draft_tokens"] - 1))
+        # speedup: over the baseline of the same concurrency, from the client numbers
+        base = runs[("baseline", conc)]
+        assert rep["speedup_client"] == pytest.approx(run["output_tok_s"] / base["output_tok_s"])
+    # the shifted aux ids cripple the draft: accept length well below the correct draft's
+    for conc in s.concurrency:
+        good = report[("eagle3-s3k1d4", conc)]["accept_len"]
+        bad = report[("eagle3-s3k1d4-shifted", conc)]["accept_len"]
+        assert bad < good - 0.3, (good, bad)
+    assert all(c["stop_clean"] for c in out["configs"])
+    assert leftovers(tmp_path) == []
+    print(proc.stderr)

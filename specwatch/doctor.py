@@ -1,0 +1,672 @@
+"""Explain why a speculative config underperforms, with the stored numbers and log lines behind it.
+
+Reads the store read-only through `query.run_sql` (the `config_summary` and
+`decode_windows_scoped` views, `events`, `requests`, `sources`) and never recomputes a metric the
+views define. Each finding names its run, a code, a severity, the numbers and the exact log lines
+(file, line number, byte offset) or request rows behind it, and a next step. A check whose inputs
+are NULL says nothing: a missing number is never replaced by a default.
+
+Codes (severity):
+  accept_len_near_1 (error)        accept length < LOW_ACCEPT_LEN: the draft is not predicting.
+  accept_len_below_sibling (error) same draft, same spec shape, other aux ids did much better.
+  aux_ids_mismatch (error)         built-in engine only: the draft's weights agree with the target
+                                   far better under other aux ids (measured by `align.probe_draft_ids`).
+  slower_than_baseline (error)     speedup < 1 at equal concurrency / batch size.
+  accept_rate_not_comparable (info) the printed accept rate uses an older SGLang definition.
+  dp_ranks_disagree, cuda_graph_off, queue_growing, kv_pressure_retractions,
+  first_window_contaminated (warning).
+
+Not a tuner: it says what is wrong and where to look, not which config is best (see `report`).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specwatch import query
+from specwatch.views import LOW_ACCEPT_LEN  # accept length below which the draft barely predicts
+
+# A run whose accept length is at most this fraction of a sibling's (same draft weights, steps, topk,
+# draft tokens and concurrency; other aux ids) is misconfigured rather than unlucky. Prompt-mix noise
+# moves the built-in engine's accept length by < 10 %; a slot shift costs 44 % at S=3 (engine.md §4).
+SIBLING_ACCEPT_RATIO = 0.75
+# Built-in probe: other ids must raise teacher-forced step-1 agreement by this much. Every id +1 costs
+# 0.05-0.08 on the built-in draft (a subtle, not actionable, drop); a slot shift costs ~0.4.
+PROBE_MIN_GAIN = 0.10
+# Speedup below 1 means speculation loses; no margin, because the number is already a window-weighted
+# mean over the whole run, and the user asked "is it slower", not "is it much slower".
+SLOWER_SPEEDUP = 1.0
+# Gen throughput of ingested logs compares only at the same batch size: median running requests within
+# this factor (decode throughput scales roughly with batch size at small batches).
+BATCH_MATCH_RATIO = 1.25
+# Without SGLang versions on both sides, an ingested baseline must be from within this many hours:
+# a baseline from another day may be another SGLang, driver or GPU.
+BASELINE_MAX_GAP_H = 24
+# DP ranks serve the same config; accept lengths differing by more than this fraction of their mean,
+# or gen throughput by more than this ratio, point at an unbalanced router or a sick GPU.
+DP_ACCEPT_SPREAD = 0.15
+DP_TPUT_RATIO = 1.3
+# Queue growth: mean #queue-req of the last third of a rank's windows exceeds the first third's by at
+# least this many requests and by QUEUE_GROWTH_FACTOR (needs QUEUE_MIN_WINDOWS windows to say "trend").
+QUEUE_MIN_WINDOWS = 6
+QUEUE_GROWTH_MIN_REQ = 4
+QUEUE_GROWTH_FACTOR = 1.5
+# KV pool near full: token usage at or above this, together with retractions, means requests are
+# being evicted and recomputed; spec decoding's extra KV (draft tokens) makes it worse.
+KV_USAGE_HIGH = 0.95
+# CUDA graph off in at least this fraction of a run's windows (on a CUDA device).
+GRAPH_OFF_FRACTION = 0.5
+# Printed accept rate vs the comparable (0.5.11+) one: a difference above this (2 decimals printed,
+# plus weighting) means the printing version used another definition.
+RATE_DEF_TOL = 0.015
+MAX_EVIDENCE_ROWS = 5
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One stored row behind a finding: a log line (table, file, line_no, byte_offset) or a request."""
+
+    table: str
+    file: str | None = None
+    line_no: int | None = None
+    byte_offset: int | None = None
+    run_id: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    numbers: dict                       # name -> stored (or, for the probe, measured) value
+    rows: tuple[Ref, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    run_id: str
+    run: str                            # run name
+    code: str
+    severity: str                       # error | warning | info
+    title: str
+    evidence: Evidence
+    suggestion: str
+    config_offset: int | None = None    # which server_args line of the run (NULL: the run's config)
+
+
+@dataclass
+class _Ctx:
+    summary: list[dict]
+    scope: list[dict]
+    windows: dict = field(default_factory=dict)     # (run_id, config_offset) -> [window dicts]
+    batch: dict = field(default_factory=dict)       # (run_id, config_offset) -> (median batch, first ts)
+    retracts: dict = field(default_factory=dict)    # run_id -> [event dicts]
+    hist: dict = field(default_factory=dict)        # run_id -> (summed histogram, request refs)
+    paths: dict = field(default_factory=dict)       # source_id -> path
+
+
+class DoctorError(RuntimeError):
+    """The run asked for is not in the store."""
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _rows(db, sql, params=None, max_rows=1_000_000) -> list[dict]:
+    return query.run_sql(db, sql, params, max_rows=max_rows).dicts()
+
+
+def _load(db, run: str | None) -> _Ctx:
+    summary = _rows(db, "SELECT * FROM config_summary ORDER BY run_id, config_offset NULLS FIRST")
+    scope = [r for r in summary if run is None or run in (r["run_id"], r["run_name"])]
+    if run is not None and not scope:
+        raise DoctorError(f"no run named {run!r} in {db}; `specwatch report --db {db}` lists runs")
+    ids = sorted({r["run_id"] for r in scope})
+    ctx = _Ctx(summary, scope)
+    if not ids:
+        return ctx
+    marks = ", ".join("?" * len(ids))
+    for w in _rows(db, f"""
+        SELECT run_id, config_offset, source_id, byte_offset, line_no, dp_rank, pp_rank, ts,
+          running_req, queue_req, token_usage_frac, accept_len, accept_rate_printed,
+          gen_throughput_tok_s, graph_enabled, graph_device, retracted_req, after_idle,
+          rank_windows, cfg_disable_cuda_graph
+        FROM decode_windows_scoped WHERE run_id IN ({marks})
+        ORDER BY run_id, source_id, byte_offset""", ids):
+        ctx.windows.setdefault((w["run_id"], w["config_offset"]), []).append(w)
+    for b in _rows(db, """
+        SELECT run_id, config_offset, median(running_req) AS batch, min(ts) AS first_ts
+        FROM decode_windows_scoped WHERE NOT after_idle OR rank_windows = 1 GROUP BY ALL"""):
+        ctx.batch[(b["run_id"], b["config_offset"])] = (b["batch"], b["first_ts"])
+    for e in _rows(db, f"""
+        SELECT rs.run_id, e.source_id, e.byte_offset, e.line_no, e.message FROM events e
+        JOIN run_sources rs ON e.source_id = rs.source_id AND e.byte_offset >= rs.offset_from
+         AND (rs.offset_to IS NULL OR e.byte_offset < rs.offset_to)
+        WHERE e.kind = 'retract' AND rs.run_id IN ({marks}) ORDER BY e.byte_offset""", ids):
+        ctx.retracts.setdefault(e["run_id"], []).append(e)
+    for q in _rows(db, f"""
+        SELECT run_id, request_idx, spec_accept_histogram FROM requests
+        WHERE run_id IN ({marks}) AND success AND NOT coalesce(is_warmup, false)
+          AND spec_accept_histogram IS NOT NULL ORDER BY run_id, request_idx""", ids):
+        h = ctx.hist.setdefault(q["run_id"], ([], []))
+        for i, n in enumerate(q["spec_accept_histogram"]):
+            if i >= len(h[0]):
+                h[0].append(0)
+            h[0][i] += n or 0
+        h[1].append(q["request_idx"])
+    ctx.paths = {s["source_id"]: s["path"] for s in _rows(db, "SELECT source_id, path FROM sources")}
+    return ctx
+
+
+def _ref(ctx: _Ctx, w: dict, note: str | None = None, table: str = "decode_windows") -> Ref:
+    return Ref(table, ctx.paths.get(w["source_id"], w["source_id"]), w["line_no"], w["byte_offset"],
+               note=note)
+
+
+def _config_ref(ctx: _Ctx, row: dict) -> tuple[Ref, ...]:
+    if row.get("config_offset") is None:
+        return ()
+    return (Ref("server_configs", ctx.paths.get(row["config_source_id"], row["config_source_id"]),
+                None, row["config_offset"], note="server_args line (effective spec config)"),)
+
+
+def _kept(ws: list[dict]) -> list[dict]:
+    """The windows config_summary averages: not after idle, unless a rank has only that one."""
+    return [w for w in ws if not w["after_idle"] or w["rank_windows"] == 1]
+
+
+# ----------------------------------------------------------------------------- model files
+
+
+def _local_dir(path: str | None) -> Path | None:
+    if not path:
+        return None
+    from specwatch.engine import BUILTIN_PREFIX, models_dir
+    d = models_dir() / path[len(BUILTIN_PREFIX):] if path.startswith(BUILTIN_PREFIX) else Path(path)
+    return d if (d / "config.json").is_file() else None
+
+
+def _weights_id(path: str | None) -> str | None:
+    """Identity of a draft's weights: sha1 of its model.safetensors if local, else the path."""
+    d = _local_dir(path)
+    f = d / "model.safetensors" if d else None
+    if f is None or not f.is_file():
+        return path
+    return hashlib.sha1(f.read_bytes()).hexdigest()
+
+
+def _num_layers(model_path: str | None) -> int | None:
+    d = _local_dir(model_path)
+    if d is None:
+        return None
+    try:
+        return int(json.loads((d / "config.json").read_text())["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _ids(row: dict) -> list[int] | None:
+    try:
+        ids = json.loads(row["aux_layer_ids"]) if row.get("aux_layer_ids") else None
+    except ValueError:
+        return None
+    return [int(i) for i in ids] if isinstance(ids, list) else None
+
+
+def describe_shift(served: list[int], want: list[int]) -> str:
+    """'each id +2 (one slot: served [-1, 1, 3] = wanted ids slid right)' style offset text."""
+    offs = [w - s for s, w in zip(sorted(served), sorted(want))]
+    text = "offset per id " + ", ".join(f"{o:+d}" for o in offs)
+    s, w = sorted(served), sorted(want)
+    for k in (1, 2):
+        if len(s) > k and s[k:] == w[:-k]:
+            text += f" (slot shift: the served ids are the wanted ones moved {k} slot(s) toward layer -1)"
+        if len(s) > k and w[k:] == s[:-k]:
+            text += f" (slot shift: the served ids are the wanted ones moved {k} slot(s) toward the top)"
+    if len(set(offs)) == 1 and offs[0] in (-1, 1):
+        text += " (the +1 convention: SGLang captures the input of layer id+1)"
+    return text
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _spec_label(row: dict) -> str:
+    parts = [row.get("speculative_algorithm") or "?"]
+    for k, tag in (("speculative_num_steps", "s"), ("speculative_eagle_topk", "k"),
+                   ("speculative_num_draft_tokens", "d"), ("concurrency", "c")):
+        if row.get(k) is not None:
+            parts.append(f"{tag}{row[k]}")
+    return " ".join(parts)
+
+
+def _step1(ctx: _Ctx, run_id: str) -> tuple[float | None, int]:
+    """Fraction of verify steps that accepted >= 1 draft, from the requests' histograms."""
+    h = ctx.hist.get(run_id)
+    if not h or not sum(h[0]):
+        return None, 0
+    return 1 - h[0][0] / sum(h[0]), len(h[1])
+
+
+def _sibling(ctx: _Ctx, row: dict) -> dict | None:
+    """Best run of the same sweep, draft weights, spec shape and concurrency with other aux ids."""
+    ids = _ids(row)
+    if row.get("sweep_name") is None or ids is None:
+        return None
+    me = _weights_id(row["draft_model_path"])
+    best = None
+    for r in ctx.summary:
+        if (r["run_id"] == row["run_id"] or r["sweep_name"] != row["sweep_name"]
+                or r.get("accept_len") is None or _ids(r) in (None, ids)
+                or any(r.get(k) != row.get(k) for k in (
+                    "speculative_num_steps", "speculative_eagle_topk",
+                    "speculative_num_draft_tokens", "concurrency", "model_path", "tp_size"))
+                or _weights_id(r["draft_model_path"]) != me):
+            continue
+        if best is None or r["accept_len"] > best["accept_len"]:
+            best = r
+    return best
+
+
+def _id_hints(row: dict) -> list[str]:
+    """What the stored ids and the target's layer count say (only facts that are known)."""
+    ids, L = _ids(row), _num_layers(row.get("model_path"))
+    hints = []
+    if ids is None:
+        return ["the served eagle_aux_hidden_state_layer_ids are not stored for this run; read them "
+                "from the draft's config.json"]
+    if L is None:
+        return [f"served ids {ids}; compare them with the target's num_hidden_layers L: SGLang id k "
+                f"captures the input of layer k+1 (= output of layer k), valid ids -1..L-2, default "
+                f"capture [2, L//2, L-3] (= ids [1, L//2-1, L-4])"]
+    out = [i for i in ids if not -1 <= i <= L - 2]
+    if out:
+        hints.append(f"ids {out} are outside -1..{L - 2} for this {L}-layer target: SGLang silently "
+                     f"captures fewer states")
+    if -1 in ids:
+        hints.append("id -1 feeds the draft the embedding output (RMS ~70x below the layers); drafts "
+                     "are trained on mid/late layers, so a list with -1 usually slid by one slot")
+    if sorted(ids) == [2, L // 2, L - 3]:
+        hints.append(f"ids equal SGLang's default *capture* layers [2, {L // 2}, {L - 3}]; written as "
+                     f"ids they capture one layer later than a draft trained on the default "
+                     f"(ids [1, {L // 2 - 1}, {L - 4}])")
+    return hints or [f"served ids {ids} are valid for this {L}-layer target; the draft may still have "
+                     f"been trained on other layers: run `specwatch align` on its training features"]
+
+
+def check_accept(ctx: _Ctx, row: dict, ws: list[dict], probe) -> list[Finding]:
+    al = row.get("accept_len")
+    if al is None:
+        return []
+    kept = [w for w in _kept(ws) if w["accept_len"] is not None]
+    worst = sorted(kept, key=lambda w: w["accept_len"])[:MAX_EVIDENCE_ROWS]
+    rows = tuple(_ref(ctx, w, f"accept len {w['accept_len']:.2f}") for w in worst) + _config_ref(ctx, row)
+    step1, n_req = _step1(ctx, row["run_id"])
+    nums = {"accept_len": al, "windows": row.get("windows"),
+            "speculative_num_steps": row.get("speculative_num_steps"),
+            "speculative_num_draft_tokens": row.get("speculative_num_draft_tokens"),
+            "accept_rate": row.get("accept_rate"), "aux_layer_ids": _ids(row)}
+    if step1 is not None:
+        nums.update(step1_acceptance=round(step1, 4), requests=n_req)
+        rows += (Ref("requests", run_id=row["run_id"], note=f"{n_req} requests' spec_accept_histogram"),)
+    sib = _sibling(ctx, row)
+    hints = _id_hints(row)
+    if probe is not None and probe.best_agreement - probe.served_agreement >= PROBE_MIN_GAIN:
+        hints.insert(0, f"the draft's weights expect ids {probe.best_ids} (see aux_ids_mismatch)")
+    generic = ("then check the draft vocab mapping (d2t / --speculative-token-map) and that the "
+               "draft was trained for this exact target (same tokenizer and weights)")
+    out = []
+    if al < LOW_ACCEPT_LEN:
+        out.append(Finding(
+            row["run_id"], row["run_name"], "accept_len_near_1", "error",
+            f"accept length {al:.2f} < {LOW_ACCEPT_LEN}: the draft is not predicting the target",
+            Evidence(nums, rows), "; ".join(hints) + "; " + generic, row.get("config_offset")))
+    if sib is not None and al <= SIBLING_ACCEPT_RATIO * sib["accept_len"]:
+        want, have = _ids(sib), _ids(row)
+        n2 = dict(nums, sibling_run=sib["run_name"], sibling_accept_len=sib["accept_len"],
+                  sibling_aux_layer_ids=want, ratio=round(al / sib["accept_len"], 4))
+        s1, _ = _step1(ctx, sib["run_id"])
+        if s1 is not None:
+            n2["sibling_step1_acceptance"] = round(s1, 4)
+        out.append(Finding(
+            row["run_id"], row["run_name"], "accept_len_below_sibling", "error",
+            f"accept length {al:.2f} vs {sib['accept_len']:.2f} for the same draft with ids {want}: "
+            f"aux ids {have} are wrong, {describe_shift(have, want)}",
+            Evidence(n2, rows + (Ref("runs", run_id=sib["run_id"], note="sibling run"),)),
+            f"serve eagle_aux_hidden_state_layer_ids = {want} (as in run {sib['run_name']})",
+            row.get("config_offset")))
+    return out
+
+
+def check_probe(ctx: _Ctx, row: dict, probe) -> list[Finding]:
+    if probe is None or probe.best_agreement - probe.served_agreement < PROBE_MIN_GAIN:
+        return []
+    chk = probe.capture_check
+    nums = {"served_ids": probe.served_ids, "served_step1_agreement": round(probe.served_agreement, 4),
+            "best_ids": probe.best_ids, "best_step1_agreement": round(probe.best_agreement, 4),
+            "probe_tokens": probe.tokens, "top_candidates": [[i, round(a, 4)] for i, a in probe.top],
+            "captured_layers_by_cosine": chk.captured_layers,
+            "capture_cosine": [round(s.cosine, 4) for s in chk.segments],
+            "accept_len": row.get("accept_len")}
+    return [Finding(
+        row["run_id"], row["run_name"], "aux_ids_mismatch", "error",
+        f"the draft expects aux ids {probe.best_ids}, served {probe.served_ids}: "
+        f"{describe_shift(probe.served_ids, probe.best_ids)}",
+        Evidence(nums, _config_ref(ctx, row)),
+        f"set eagle_aux_hidden_state_layer_ids = {probe.best_ids} in the draft's config.json "
+        f"(or `aux_layer_ids = {probe.best_ids}` in the sweep file); the served capture was checked "
+        f"by cosine/RMS to be layers {chk.captured_layers}, so the engine's capture is right and the "
+        f"ids are not", row.get("config_offset"))]
+
+
+def _comparable_baseline(ctx: _Ctx, row: dict, base: dict) -> tuple[bool, dict]:
+    me = ctx.batch.get((row["run_id"], row["config_offset"]))
+    other = ctx.batch.get((base["run_id"], base["config_offset"]))
+    info = {}
+    if row.get("concurrency") is not None or base.get("concurrency") is not None:
+        info.update(concurrency=row.get("concurrency"), baseline_concurrency=base.get("concurrency"))
+        return row.get("concurrency") == base.get("concurrency"), info
+    if not me or not other or me[0] is None or other[0] is None:
+        return False, info
+    info.update(median_running_req=me[0], baseline_median_running_req=other[0])
+    if max(me[0], other[0]) > BATCH_MATCH_RATIO * max(min(me[0], other[0]), 1e-9):
+        return False, info
+    v1, v2 = row.get("sglang_version"), base.get("sglang_version")
+    if v1 is not None or v2 is not None:
+        info.update(sglang_version=v1, baseline_sglang_version=v2)
+        return v1 == v2, info
+    if me[1] is None or other[1] is None:
+        return False, info
+    gap_h = abs((me[1] - other[1]).total_seconds()) / 3600
+    info["hours_apart"] = round(gap_h, 2)
+    return gap_h <= BASELINE_MAX_GAP_H, info
+
+
+def check_speed(ctx: _Ctx, row: dict) -> list[Finding]:
+    base = next((r for r in ctx.summary if r["run_id"] == row.get("baseline_run_id")), None)
+    if base is None:
+        return []
+    nums = {"baseline_run": base["run_name"]}
+    if row.get("speedup_client") is not None:
+        if row["speedup_client"] >= SLOWER_SPEEDUP:
+            return []
+        nums.update(speedup_client=row["speedup_client"], output_tok_s=row["output_tok_s"],
+                    baseline_output_tok_s=base["output_tok_s"], concurrency=row.get("concurrency"))
+        what = f"client output {row['output_tok_s']:.1f} tok/s vs {base['output_tok_s']:.1f} without speculation"
+    elif row.get("speedup_gen") is not None and row["speedup_gen"] < SLOWER_SPEEDUP:
+        ok, info = _comparable_baseline(ctx, row, base)
+        if not ok:
+            return []
+        nums.update(speedup_gen=row["speedup_gen"], gen_throughput_tok_s=row["gen_throughput_tok_s"],
+                    baseline_gen_throughput_tok_s=base["gen_throughput_tok_s"], **info)
+        what = (f"gen throughput {row['gen_throughput_tok_s']:.1f} tok/s vs "
+                f"{base['gen_throughput_tok_s']:.1f} without speculation")
+    else:
+        return []
+    speedup = nums.get("speedup_client", nums.get("speedup_gen"))
+    at = f" at concurrency {row['concurrency']}" if row.get("concurrency") is not None else ""
+    others = sorted((r["concurrency"], r["speedup_client"]) for r in ctx.summary
+                    if r["sweep_name"] is not None and r["sweep_name"] == row["sweep_name"]
+                    and r["config_name"] == row["config_name"] and r["run_id"] != row["run_id"]
+                    and r["concurrency"] is not None and r["speedup_client"] is not None)
+    if others:
+        nums["speedup_client_by_concurrency"] = {str(c): s for c, s in others}
+    paying = [c for c, s in others if s >= SLOWER_SPEEDUP]
+    if row.get("accept_len") is not None and row["accept_len"] < LOW_ACCEPT_LEN:
+        sugg = "fix the accept length first (see accept_len_near_1): with a working draft this config may pay"
+    else:
+        sugg = (f"overhead dominates{at}: each step drafts {row.get('speculative_num_steps')} tokens "
+                f"(topk {row.get('speculative_eagle_topk')}, {row.get('speculative_num_draft_tokens')} "
+                f"verified) for an accept length of "
+                f"{row['accept_len']:.2f}; " if row.get("accept_len") is not None else
+                f"overhead dominates{at}; ")
+        sugg += "try fewer --speculative-num-steps, a smaller --speculative-eagle-topk / num-draft-tokens"
+        if paying:
+            sugg += (f", or serve without speculation above batch size {max(paying)} (it pays at "
+                     f"concurrency {', '.join(map(str, paying))})")
+        else:
+            sugg += ", or disable speculation at this batch size"
+    rows = _config_ref(ctx, row) + (Ref("runs", run_id=base["run_id"], note="baseline run"),)
+    return [Finding(row["run_id"], row["run_name"], "slower_than_baseline", "error",
+                    f"speculation is slower than no speculation{at}: speedup {speedup:.2f} ({what})",
+                    Evidence(nums, rows), sugg, row.get("config_offset"))]
+
+
+def check_accept_rate(ctx: _Ctx, row: dict) -> list[Finding]:
+    al, pr, ar = row.get("accept_len"), row.get("accept_rate_printed"), row.get("accept_rate")
+    ndt, steps = row.get("speculative_num_draft_tokens"), row.get("speculative_num_steps")
+    if None in (al, pr, ar) or abs(pr - ar) <= RATE_DEF_TOL:
+        return []
+    if steps is not None and abs(pr - al / (steps + 1)) <= RATE_DEF_TOL:
+        how = f"accept_len / (steps+1) = {al:.3f}/{steps + 1}, bonus token included (SGLang 0.5.4-0.5.5"
+        how += ", or 0.5.6-0.5.10 when draft tokens = steps+1)" if ndt == steps + 1 else ")"
+    elif ndt and abs(pr - al / ndt) <= RATE_DEF_TOL:
+        how = f"accept_len / num_draft_tokens = {al:.3f}/{ndt}, bonus token included (SGLang 0.5.6-0.5.10)"
+    else:
+        how = "a definition that matches none of SGLang's three"
+    return [Finding(
+        row["run_id"], row["run_name"], "accept_rate_not_comparable", "info",
+        f"printed accept rate {pr:.3f} is {how}; the comparable rate is {ar:.3f}",
+        Evidence({"accept_rate_printed": pr, "accept_rate": ar, "accept_len": al,
+                  "speculative_num_steps": steps, "speculative_num_draft_tokens": ndt},
+                 _config_ref(ctx, row)),
+        "compare runs of different SGLang versions by accept_rate ((accept_len-1)/(draft tokens-1)) "
+        "or accept_len, never by the printed rate", row.get("config_offset"))]
+
+
+def check_dp(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
+    by = {}
+    for w in _kept(ws):
+        if w["dp_rank"] is not None:
+            by.setdefault(w["dp_rank"], []).append(w)
+    if len(by) < 2:
+        return []
+    per = {}
+    for rank, rs in sorted(by.items()):
+        den = sum(w["running_req"] or 0 for w in rs if w["accept_len"] is not None)
+        al = (sum(w["accept_len"] * (w["running_req"] or 0) for w in rs if w["accept_len"] is not None)
+              / den) if den else None
+        tp = [w["gen_throughput_tok_s"] for w in rs if w["gen_throughput_tok_s"] is not None]
+        per[rank] = (al, statistics.fmean(tp) if tp else None, rs)
+    als = [v[0] for v in per.values() if v[0] is not None]
+    tps = [v[1] for v in per.values() if v[1] is not None]
+    spread = (max(als) - min(als)) / statistics.fmean(als) if len(als) > 1 and statistics.fmean(als) else 0
+    ratio = max(tps) / min(tps) if len(tps) > 1 and min(tps) > 0 else 1
+    if spread <= DP_ACCEPT_SPREAD and ratio <= DP_TPUT_RATIO:
+        return []
+    nums = {f"dp{r}": {"accept_len": v[0], "gen_throughput_tok_s": v[1], "windows": len(v[2])}
+            for r, v in per.items()}
+    nums.update(accept_len_spread=round(spread, 4), gen_throughput_ratio=round(ratio, 4))
+    rows = tuple(_ref(ctx, v[2][0], f"first kept window of DP{r}") for r, v in per.items())
+    return [Finding(row["run_id"], row["run_name"], "dp_ranks_disagree", "warning",
+                    f"DP ranks disagree: accept length spread {spread:.0%}, gen throughput max/min {ratio:.2f}",
+                    Evidence(nums, rows[:MAX_EVIDENCE_ROWS]),
+                    "check the router's balance (#running-req per rank) and each rank's GPU; a rank "
+                    "with a lower accept length may run another draft or config", row.get("config_offset"))]
+
+
+def check_graph(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
+    cuda = [w for w in _kept(ws) if w["graph_device"] == "cuda" and w["graph_enabled"] is not None]
+    off = [w for w in cuda if not w["graph_enabled"]]
+    disabled = any(w["cfg_disable_cuda_graph"] for w in ws)
+    if not (cuda and len(off) >= GRAPH_OFF_FRACTION * len(cuda)) and not disabled:
+        return []
+    nums = {"windows_graph_off": len(off), "windows_on_cuda": len(cuda), "disable_cuda_graph": disabled}
+    rows = tuple(_ref(ctx, w, "cuda graph: False") for w in off[:MAX_EVIDENCE_ROWS]) + _config_ref(ctx, row)
+    return [Finding(row["run_id"], row["run_name"], "cuda_graph_off", "warning",
+                    f"CUDA graph off in {len(off)} of {len(cuda)} decode windows"
+                    + (" (--disable-cuda-graph)" if disabled else ""),
+                    Evidence(nums, rows),
+                    "speculative decoding launches many small kernels per step; without CUDA graphs "
+                    "the launch overhead eats the gain. Remove --disable-cuda-graph, or raise "
+                    "--cuda-graph-max-bs above the running batch size", row.get("config_offset"))]
+
+
+def check_queue(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
+    out = []
+    by = {}
+    for w in _kept(ws):
+        by.setdefault((w["dp_rank"], w["pp_rank"]), []).append(w)
+    for (dp, _), rs in sorted(by.items(), key=lambda kv: str(kv[0])):
+        rs = [w for w in rs if w["queue_req"] is not None]
+        if len(rs) < QUEUE_MIN_WINDOWS:
+            continue
+        third = len(rs) // 3
+        q0 = statistics.fmean(w["queue_req"] for w in rs[:third])
+        q1 = statistics.fmean(w["queue_req"] for w in rs[-third:])
+        if q1 - q0 >= QUEUE_GROWTH_MIN_REQ and q1 >= QUEUE_GROWTH_FACTOR * q0:
+            nums = {"queue_req_first_third_mean": q0, "queue_req_last_third_mean": q1,
+                    "windows": len(rs), "dp_rank": dp}
+            rows = (_ref(ctx, rs[0], f"#queue-req {rs[0]['queue_req']}"),
+                    _ref(ctx, rs[-1], f"#queue-req {rs[-1]['queue_req']}"))
+            out.append(Finding(row["run_id"], row["run_name"], "queue_growing", "warning",
+                               f"waiting queue grows from {q0:.1f} to {q1:.1f} requests over the run",
+                               Evidence(nums, rows),
+                               "the server cannot keep up with the offered load: throughput and "
+                               "latency numbers are not steady-state; lower the request rate or "
+                               "concurrency, or raise --max-running-requests", row.get("config_offset")))
+            break
+    return out
+
+
+def check_kv(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
+    kept = [w for w in ws if w["token_usage_frac"] is not None]
+    if not kept:
+        return []
+    top = max(kept, key=lambda w: w["token_usage_frac"])
+    events = ctx.retracts.get(row["run_id"], [])
+    retracted = [w for w in ws if (w["retracted_req"] or 0) > 0]
+    if top["token_usage_frac"] < KV_USAGE_HIGH or not (events or retracted):
+        return []
+    nums = {"max_token_usage_frac": top["token_usage_frac"], "retract_events": len(events),
+            "windows_with_retracted_req": len(retracted)}
+    rows = (_ref(ctx, top, f"token usage {top['token_usage_frac']:.2f}"),) + tuple(
+        Ref("events", ctx.paths.get(e["source_id"], e["source_id"]), e["line_no"], e["byte_offset"],
+            note="KV cache pool is full. Retract requests.") for e in events[:MAX_EVIDENCE_ROWS - 1])
+    return [Finding(row["run_id"], row["run_name"], "kv_pressure_retractions", "warning",
+                    f"KV cache {top['token_usage_frac']:.0%} full with {len(events) + len(retracted)} retraction(s)",
+                    Evidence(nums, rows),
+                    "retracted requests are recomputed, which hides the speculation gain; lower "
+                    "--max-running-requests or --speculative-num-draft-tokens, or raise "
+                    "--mem-fraction-static", row.get("config_offset"))]
+
+
+def check_first_window(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
+    only = [w for w in ws if w["after_idle"] and w["rank_windows"] == 1]
+    if not only:
+        return []
+    nums = {"ranks_with_one_window": len(only),
+            "gen_throughput_tok_s": [w["gen_throughput_tok_s"] for w in only],
+            "accept_len": [w["accept_len"] for w in only]}
+    return [Finding(row["run_id"], row["run_name"], "first_window_contaminated", "warning",
+                    "the summary rests on a single decode window per rank, the first after idle, whose "
+                    "throughput includes warm-up/idle time and whose accept length can mix earlier steps",
+                    Evidence(nums, tuple(_ref(ctx, w, "only window (after idle)") for w in only[:MAX_EVIDENCE_ROWS])),
+                    "run longer (more output tokens or prompts) or lower --decode-log-interval so each "
+                    "rank prints several windows", row.get("config_offset"))]
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def _probe(row: dict, cache: dict):
+    """The built-in engine's id probe for this run, or None when it does not apply."""
+    if row.get("engine") != "builtin":
+        return None
+    t, d = _local_dir(row.get("model_path")), _local_dir(row.get("draft_model_path"))
+    if t is None or d is None or not (d / "model.safetensors").is_file():
+        return None
+    ids = _ids(row)
+    key = (str(t), str(d), tuple(ids) if ids else None)
+    if key not in cache:
+        from specwatch import align
+        cache[key] = align.probe_draft_ids(t, d, ids)
+    return cache[key]
+
+
+def is_speculative(row: dict) -> bool:
+    return row.get("speculative_algorithm") is not None
+
+
+def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
+    """(findings, speculative config rows checked) for every run in the store, or only `run`."""
+    ctx = _load(db, run)
+    findings, checked, cache = [], [], {}
+    for row in ctx.scope:
+        if not is_speculative(row) or row.get("status") not in (None, "ok"):
+            continue
+        checked.append(row)
+        ws = ctx.windows.get((row["run_id"], row["config_offset"]), [])
+        probe = _probe(row, cache)
+        findings += check_accept(ctx, row, ws, probe)
+        findings += check_probe(ctx, row, probe)
+        findings += check_speed(ctx, row)
+        findings += check_accept_rate(ctx, row)
+        findings += check_dp(ctx, row, ws)
+        findings += check_graph(ctx, row, ws)
+        findings += check_queue(ctx, row, ws)
+        findings += check_kv(ctx, row, ws)
+        findings += check_first_window(ctx, row, ws)
+    findings.sort(key=lambda f: (f.run, f.config_offset or 0, SEVERITY_ORDER[f.severity], f.code))
+    return findings, checked
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.4g}"
+    if isinstance(v, (dt.datetime, dt.date)):
+        return v.isoformat(sep=" ")
+    return json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v)
+
+
+def render_text(findings: list[Finding], checked: list[dict]) -> str:
+    out, by_run = [], {}
+    for f in findings:
+        by_run.setdefault((f.run, f.config_offset), []).append(f)
+    for row in checked:
+        fs = by_run.get((row["run_name"], row.get("config_offset")), [])
+        if not fs:
+            continue
+        out.append(f"run {row['run_name']} ({_spec_label(row)})")
+        for f in fs:
+            out.append(f"  {f.severity.upper()} {f.code}: {f.title}")
+            out.append("    numbers: " + ", ".join(f"{k}={_num(v)}" for k, v in f.evidence.numbers.items()
+                                                   if v is not None))
+            for r in f.evidence.rows:
+                where = (f"{r.file}:{r.line_no}" if r.line_no is not None else (r.file or "")) + \
+                        (f" (byte {r.byte_offset})" if r.byte_offset is not None else "")
+                out.append(f"    - {r.table} {where or r.run_id}{': ' + r.note if r.note else ''}")
+            out.append(f"    next: {f.suggestion}")
+    flagged = {(f.run_id) for f in findings if f.severity != "info"}
+    clean = [r["run_name"] for r in checked if r["run_id"] not in flagged]
+    n = {s: sum(f.severity == s for f in findings) for s in SEVERITY_ORDER}
+    out.append(f"{len(checked)} speculative config(s) checked: {n['error']} error(s), "
+               f"{n['warning']} warning(s), {n['info']} note(s)"
+               + (f"; no problems found in: {', '.join(dict.fromkeys(clean))}" if clean else ""))
+    return "\n".join(out)
+
+
+def to_json(findings: list[Finding], checked: list[dict]) -> dict:
+    return {"checked_runs": list(dict.fromkeys(r["run_name"] for r in checked)),
+            "findings": [asdict(f) for f in findings]}
+
+
+def main(db, run: str | None = None, fmt: str = "text", out=None) -> int:
+    """CLI entry. Exit 0: no error or warning findings; 1: at least one; 2: the run is not stored."""
+    out = out or sys.stdout
+    try:
+        findings, checked = diagnose(db, run)
+    except (DoctorError, query.QueryError) as exc:
+        print(f"specwatch doctor: {exc}", file=sys.stderr)
+        return 2
+    if fmt == "json":
+        json.dump(to_json(findings, checked), out, indent=1, default=str)
+        out.write("\n")
+    else:
+        out.write(render_text(findings, checked) + "\n")
+    return 1 if any(f.severity != "info" for f in findings) else 0

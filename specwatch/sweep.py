@@ -564,7 +564,7 @@ class Progress:
     def _draw(self) -> None:
         parts = ["runs " + self._bar(self.runs_done, self.total_runs)]
         for name, (d, t, label) in self.current.items():
-            parts.append(f"{name} {label} " + self._bar(d, t, 10))
+            parts.append(f"{name} {label}" + (" " + self._bar(d, t, 10) if t else ""))
         self.stream.write("\r\033[K" + "  ".join(parts)[:200])
 
     def _redraw(self) -> None:

@@ -375,9 +375,13 @@ class FileIngestor:
                     return result
         src = self._src
         result.source_id = src.source_id
-        while True:
+        # Read up to the size seen now, not "until EOF stays put": a file that grows faster than we
+        # commit would otherwise keep us in back-to-back write bursts that lock readers out.
+        # Later appends wait for the next poll (`tail` paces those).
+        end = os.fstat(self._fh.fileno()).st_size
+        while src.offset_bytes < end:
             self._fh.seek(src.offset_bytes)
-            data = self._fh.read(self.chunk_bytes)
+            data = self._fh.read(min(self.chunk_bytes, end - src.offset_bytes))
             cut = data.rfind(b"\n")
             if cut < 0:
                 if len(data) >= self.chunk_bytes:
@@ -425,6 +429,7 @@ class FileIngestor:
             src.lines_done += lines
             result.lines += lines
             result.bytes_read += len(data)
+        return result
 
 
 def ensure_run(db: str | Path, run_id: str, **fields) -> None:

@@ -1,0 +1,230 @@
+"""specwatch doctor on real DuckDB files built by the real ingest: sample logs, constructed logs
+whose line numbers the test knows, and sweep-shaped runs. Expected values come from the logs the
+tests write (or from the views, queried independently), never from doctor itself."""
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLES, run_cli
+from specwatch import doctor, ingest, query, store
+
+WRONG = "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log"
+SPEC_ARGS = (SAMPLES / WRONG).read_text().splitlines()[0]  # a 0.5.23 dict-form server_args line
+
+
+def _problems(findings):
+    return [f for f in findings if f.severity != "info"]
+
+
+# ----------------------------------------------------------------------------- sample logs
+
+
+def test_samples_flag_exactly_the_collapsed_config(samples_db):
+    findings, checked = doctor.diagnose(samples_db)
+    flagged = {f.run for f in _problems(findings)}
+    assert flagged == {WRONG}
+    codes = {f.code for f in findings if f.run == WRONG}
+    assert {"accept_len_near_1", "slower_than_baseline"} <= codes
+    checked_names = {r["run_name"] for r in checked}
+    # baselines (no speculation) are never diagnosed; every speculative sample is
+    assert not any("baseline" in n for n in checked_names)
+    assert {"sglang-0.5.23-llama8b-eagle3-s3k1.log", "sglang-0.5.9-dp2-tp8-eagle3.log",
+            "vllm-0.11-eagle3.log", WRONG} <= checked_names
+
+
+def test_evidence_points_at_stored_rows(samples_db):
+    findings, _ = doctor.diagnose(samples_db)
+    summary = {r["run_name"]: r for r in query.run_sql(
+        samples_db, "SELECT run_name, accept_len, speedup_gen FROM config_summary").dicts()}
+    seen_windows = 0
+    for f in findings:
+        if "accept_len" in f.evidence.numbers and f.evidence.numbers["accept_len"] is not None:
+            assert f.evidence.numbers["accept_len"] == summary[f.run]["accept_len"]
+        if "speedup_gen" in f.evidence.numbers:
+            assert f.evidence.numbers["speedup_gen"] == summary[f.run]["speedup_gen"]
+        assert f.evidence.rows, f"{f.code} has no rows behind it"
+        for ref in f.evidence.rows:
+            if ref.table != "decode_windows":
+                continue
+            got = query.run_sql(samples_db, """
+                SELECT d.line_no, d.accept_len FROM decode_windows d JOIN sources s USING (source_id)
+                WHERE s.path = ? AND d.byte_offset = ?""", [ref.file, ref.byte_offset]).rows
+            assert got and got[0][0] == ref.line_no
+            raw = Path(ref.file).read_bytes()
+            line = raw[ref.byte_offset:].split(b"\n", 1)[0].decode()
+            assert line == raw.split(b"\n")[ref.line_no - 1].decode()  # \r (tqdm) is not a line end
+            assert "Decode batch" in line and f"accept len: {got[0][1]:.2f}" in line
+            seen_windows += 1
+    assert seen_windows >= 5
+
+
+def test_cli_json_shape_and_exit_codes(samples_db):
+    proc = run_cli("doctor", "--db", samples_db, "--format", "json", check=False)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"checked_runs", "findings"}
+    for f in out["findings"]:
+        assert set(f) == {"run_id", "run", "code", "severity", "title", "evidence", "suggestion",
+                          "config_offset"}
+        assert f["severity"] in ("error", "warning", "info")
+        assert set(f["evidence"]) == {"numbers", "rows"} and f["suggestion"]
+        for r in f["evidence"]["rows"]:
+            assert set(r) == {"table", "file", "line_no", "byte_offset", "run_id", "note"}
+    clean = run_cli("doctor", "--db", samples_db, "--run", "sglang-0.5.23-llama8b-eagle3-s3k1.log",
+                    check=False)
+    assert clean.returncode == 0 and "0 error(s), 0 warning(s)" in clean.stdout
+    text = run_cli("doctor", "--db", samples_db, "--run", WRONG, check=False)
+    assert text.returncode == 1
+    assert "ERROR accept_len_near_1" in text.stdout and f"{WRONG}:" in text.stdout
+    missing = run_cli("doctor", "--db", samples_db, "--run", "no-such-run", check=False)
+    assert missing.returncode == 2 and "no run named 'no-such-run'" in missing.stderr
+
+
+def test_no_speculation_no_findings(db):
+    ingest.ingest_paths(db, [str(SAMPLES / "sglang-0.5.1-baseline.log"),
+                             str(SAMPLES / "sglang-0.5.23-llama8b-baseline.log")])
+    findings, checked = doctor.diagnose(db)
+    assert findings == [] and checked == []
+    out = io.StringIO()
+    assert doctor.main(db=db, fmt="text", out=out) == 0
+    assert "0 speculative config(s) checked" in out.getvalue()
+
+
+# ----------------------------------------------------------------------------- constructed logs
+
+
+def _decode(ts: dt.datetime, tag: str, running: int, usage: float, al: float, graph: bool,
+            tput: float, queue: int) -> str:
+    pre = f"[{ts:%Y-%m-%d %H:%M:%S}{' ' + tag if tag else ''}]"
+    rate = (al - 1) / 3
+    return (f"{pre} Decode batch, #running-req: {running}, #token: {int(usage * 400000)}, "
+            f"token usage: {usage:.2f}, accept len: {al:.2f}, accept rate: {rate:.2f}, "
+            f"cuda graph: {graph}, gen throughput (token/s): {tput:.2f}, #queue-req: {queue}")
+
+
+def _write(path: Path, lines: list[str]) -> dict[str, int]:
+    """Write lines; return {marker: 1-based line number} for lines tagged '@marker ' up front."""
+    marks, out = {}, []
+    for i, ln in enumerate(lines, 1):
+        if ln.startswith("@"):
+            marker, ln = ln[1:].split(" ", 1)
+            marks[marker] = i
+        out.append(ln)
+    path.write_text("\n".join(out) + "\n")
+    return marks
+
+
+def _ingest(db, path: Path, run: str, **fields) -> None:
+    ingest.ingest_paths(db, [str(path)], run=run)
+    if fields:
+        with store.writer(db) as con:
+            store.upsert_run(con, {"run_id": run, **fields})
+
+
+def _codes(findings, run):
+    return {f.code: f for f in findings if f.run == run}
+
+
+def test_operational_findings_cite_the_lines(db, tmp_path):
+    t0 = dt.datetime(2026, 11, 2, 10, 0, 0)
+    args = SPEC_ARGS.replace("'dp_size': 1", "'dp_size': 2").replace(
+        "'disable_cuda_graph': False", "'disable_cuda_graph': True")
+    lines = [args]
+    for i in range(12):
+        ts = t0 + dt.timedelta(seconds=i + 1)
+        usage = 0.97 if i == 9 else 0.6
+        queue = 1 if i < 4 else (3 if i < 8 else 12)
+        m0 = "@usage " if i == 9 else ("@q0 " if i == 1 else ("@qlast " if i == 11 else ""))
+        lines.append(m0 + _decode(ts, "DP0 TP0", 8, usage, 2.9, False, 900.0, queue))
+        lines.append(_decode(ts, "DP1 TP1", 8, 0.6, 2.0, False, 500.0, 0))
+        if i == 10:
+            lines.append(f"@retract [{ts:%Y-%m-%d %H:%M:%S} DP0 TP0] KV cache pool is full. Retract "
+                         f"requests. #retracted_reqs: 3, #new_tokens_gained: 2048")
+    marks = _write(tmp_path / "ops.log", lines)
+    _ingest(db, tmp_path / "ops.log", "ops")
+    got = _codes(doctor.diagnose(db)[0], "ops")
+    assert {"dp_ranks_disagree", "cuda_graph_off", "queue_growing", "kv_pressure_retractions"} <= set(got)
+    dp = got["dp_ranks_disagree"].evidence.numbers
+    assert dp["dp0"]["accept_len"] == pytest.approx(2.9) and dp["dp1"]["accept_len"] == pytest.approx(2.0)
+    assert dp["gen_throughput_ratio"] == pytest.approx(900 / 500, rel=1e-3)
+    assert got["cuda_graph_off"].evidence.numbers["disable_cuda_graph"] is True
+    # 11 kept windows per rank (the first is after idle) -> 22 cuda-graph-off windows
+    assert got["cuda_graph_off"].evidence.numbers["windows_graph_off"] == 22
+    q = got["queue_growing"].evidence
+    assert [r.line_no for r in q.rows] == [marks["q0"], marks["qlast"]]
+    kv = got["kv_pressure_retractions"].evidence
+    assert kv.numbers["max_token_usage_frac"] == pytest.approx(0.97)
+    assert [r.line_no for r in kv.rows] == [marks["usage"], marks["retract"]]
+    assert kv.rows[1].table == "events"
+
+
+def test_single_window_run_is_contaminated(db, tmp_path):
+    t0 = dt.datetime(2026, 11, 2, 11, 0, 0)
+    marks = _write(tmp_path / "one.log", [SPEC_ARGS, "@only " + _decode(t0, "", 8, 0.1, 2.8, True, 300.0, 0)])
+    _ingest(db, tmp_path / "one.log", "one")
+    got = _codes(doctor.diagnose(db)[0], "one")
+    assert set(got) == {"first_window_contaminated"}
+    assert got["first_window_contaminated"].evidence.rows[0].line_no == marks["only"]
+
+
+def _run_log(path: Path, t0: dt.datetime, al: float, tput: float, spec: bool = True) -> None:
+    head = SPEC_ARGS if spec else (SAMPLES / "sglang-0.5.23-llama8b-baseline.log").read_text().splitlines()[0]
+    rows = [head]
+    for i in range(6):
+        line = _decode(t0 + dt.timedelta(seconds=i + 1), "", 4, 0.1, al, True, tput, 0)
+        rows.append(line if spec else line.replace(f"accept len: {al:.2f}, accept rate: {(al - 1) / 3:.2f}, ", ""))
+    _write(path, rows)
+
+
+def test_sweep_sibling_offset_and_client_slowdown(db, tmp_path):
+    """Same draft and shape, ids [-1,1,3] vs [1,3,5]: doctor names the slot shift and the ids; the
+    client speedup below 1 at c=4 (paying at c=1) suggests disabling above batch size 1."""
+    t0 = dt.datetime(2026, 11, 3, 9, 0, 0)
+    common = dict(origin="sweep", sweep_name="sw", engine="sglang", status="ok",
+                  draft_model_path="/nonexistent/eagle3-draft", model_path="/models/Llama-3.1-8B-Instruct",
+                  speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+                  speculative_num_draft_tokens=4, tp_size=1, dp_size=1)
+    plan = [  # run, config, concurrency, accept len, gen tok/s, client tok/s, ids
+        ("good-c4", "good", 4, 3.5, 1800.0, 400.0, [1, 3, 5]),
+        ("shift-c4", "shifted", 4, 1.9, 900.0, 180.0, [-1, 1, 3]),
+        ("shift-c1", "shifted", 1, 1.9, 300.0, 110.0, [-1, 1, 3]),
+    ]
+    for i, (run, cfg, conc, al, tput, client, ids) in enumerate(plan):
+        _run_log(tmp_path / f"{run}.log", t0 + dt.timedelta(minutes=i), al, tput)
+        _ingest(db, tmp_path / f"{run}.log", run, run_name=run, config_name=cfg, concurrency=conc,
+                output_tok_s=client, aux_layer_ids=json.dumps(ids), **common)
+    for i, (conc, client) in enumerate([(4, 250.0), (1, 100.0)]):
+        run = f"base-c{conc}"
+        _run_log(tmp_path / f"{run}.log", t0 + dt.timedelta(minutes=5 + i), 0, 1000.0, spec=False)
+        _ingest(db, tmp_path / f"{run}.log", run, run_name=run, config_name="baseline",
+                concurrency=conc, output_tok_s=client, is_baseline=True,
+                **{**common, "speculative_algorithm": None, "draft_model_path": None,
+                   "speculative_num_steps": None, "speculative_eagle_topk": None,
+                   "speculative_num_draft_tokens": None})
+    findings, _ = doctor.diagnose(db)
+    shifted = _codes(findings, "shift-c4")
+    sib = shifted["accept_len_below_sibling"]
+    assert sib.evidence.numbers["sibling_run"] == "good-c4"
+    assert sib.evidence.numbers["sibling_aux_layer_ids"] == [1, 3, 5]
+    assert sib.evidence.numbers["ratio"] == pytest.approx(1.9 / 3.5, rel=1e-3)
+    assert "+2, +2, +2" in sib.title and "slot shift" in sib.title
+    assert "[1, 3, 5]" in sib.suggestion
+    slow = shifted["slower_than_baseline"]
+    assert slow.evidence.numbers["speedup_client"] == pytest.approx(180 / 250)
+    assert slow.evidence.numbers["speedup_client_by_concurrency"] == {"1": pytest.approx(1.1)}
+    assert "above batch size 1" in slow.suggestion
+    assert _problems([f for f in findings if f.run in ("good-c4", "shift-c1")]) == []
+    # the c=1 shifted run has no sibling at its concurrency and pays: nothing to say about it
+    assert set(_codes(findings, "good-c4")) == set()
+
+
+def test_describe_shift_names_slot_and_convention():
+    assert "slot shift" in doctor.describe_shift([-1, 1, 3], [1, 3, 5])
+    assert "+1 convention" in doctor.describe_shift([2, 4, 6], [1, 3, 5]) or \
+        "-1, -1, -1" in doctor.describe_shift([2, 4, 6], [1, 3, 5])
+    assert doctor.describe_shift([1, 3, 5], [2, 4, 6]).startswith("offset per id +1, +1, +1")

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import errno
 import http.client
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,9 +23,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specwatch.sweepfile import Config
 
 HOST = "127.0.0.1"
-# sglang versions from which a flag name exists (LOG_FORMATS §6); older versions need the old name.
+BUILTIN_PREFIX = "builtin:"
+# First SGLang version with --speculative-algorithm EAGLE3 (LOG_FORMATS §6.1).
 EAGLE3_SINCE = (0, 4, 4, 2)          # 0.4.4.post2
 
 
@@ -52,7 +59,7 @@ def installed_sglang_version() -> str | None:
         return None
 
 
-def command(engine: str, config, port: int, draft_path: str | None = None,
+def command(engine: str, config: Config, port: int, draft_path: str | None = None,
             launch_command: tuple[str, ...] | None = None,
             sglang_version: str | None = None) -> list[str]:
     """argv for one config. `config` is a sweepfile.Config; `draft_path` overrides its draft (an
@@ -95,6 +102,55 @@ def environment(base: dict[str, str], extra: tuple[tuple[str, str], ...] = (),
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     return env
+
+
+def _local_model_dir(path: str) -> Path | None:
+    if path.startswith(BUILTIN_PREFIX):
+        from specwatch.engine import models_dir
+        d = models_dir() / path[len(BUILTIN_PREFIX):]
+    else:
+        d = Path(path).expanduser()
+    return d if (d / "config.json").is_file() else None
+
+
+def draft_aux_ids(c: Config) -> list[int] | None:
+    """The aux layer ids the draft will use: the sweep's override, else its config.json's."""
+    if c.aux_layer_ids is not None:
+        return list(c.aux_layer_ids)
+    if not c.draft_model:
+        return None
+    d = _local_model_dir(c.draft_model)
+    if d is None:
+        return None
+    try:
+        cfg = json.loads((d / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return ids if isinstance(ids, list) else None
+
+
+def draft_with_aux(c: Config, run_dir: Path) -> str:
+    """A copy of the draft dir whose config.json carries the configured aux layer ids (weights
+    are symlinked). Raises LaunchFailed if the draft is not a local dir."""
+    src = _local_model_dir(c.draft_model)
+    if src is None:
+        raise LaunchFailed(f"aux_layer_ids needs a local draft dir with a config.json; "
+                                  f"{c.draft_model} is not one (download it first)")
+    dst = run_dir / "draft"
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name != "config.json":
+            os.symlink(f.resolve(), dst / f.name)
+    cfg = json.loads((src / "config.json").read_text())
+    eagle = dict(cfg.get("eagle_config") or {})
+    eagle["eagle_aux_hidden_state_layer_ids"] = list(c.aux_layer_ids)
+    eagle.setdefault("use_aux_hidden_state", True)
+    cfg["eagle_config"] = eagle
+    (dst / "config.json").write_text(json.dumps(cfg, indent=1))
+    return str(dst)
 
 
 def port_free(port: int, host: str = HOST) -> bool:

@@ -26,7 +26,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specwatch import ingest, launch, load, store, sweepfile
+from specwatch.progress import Progress
 from specwatch.sweepfile import Config, Sweep
 
 FINISHED = ("ok", "failed")
@@ -126,55 +126,6 @@ def _config_columns(sweep: Sweep, c: Config, aux_ids) -> dict:
     }
 
 
-def _local_model_dir(path: str) -> Path | None:
-    if path.startswith(sweepfile.BUILTIN_PREFIX):
-        from specwatch.engine import models_dir
-        d = models_dir() / path[len(sweepfile.BUILTIN_PREFIX):]
-    else:
-        d = Path(path).expanduser()
-    return d if (d / "config.json").is_file() else None
-
-
-def draft_aux_ids(c: Config) -> list[int] | None:
-    """The aux layer ids the draft will use: the sweep's override, else its config.json's."""
-    if c.aux_layer_ids is not None:
-        return list(c.aux_layer_ids)
-    if not c.draft_model:
-        return None
-    d = _local_model_dir(c.draft_model)
-    if d is None:
-        return None
-    try:
-        cfg = json.loads((d / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    return ids if isinstance(ids, list) else None
-
-
-def _draft_with_aux(c: Config, run_dir: Path) -> str:
-    """A copy of the draft dir whose config.json carries the configured aux layer ids (weights
-    are symlinked). Raises launch.LaunchFailed if the draft is not a local dir."""
-    src = _local_model_dir(c.draft_model)
-    if src is None:
-        raise launch.LaunchFailed(f"aux_layer_ids needs a local draft dir with a config.json; "
-                                  f"{c.draft_model} is not one (download it first)")
-    dst = run_dir / "draft"
-    if dst.exists():
-        shutil.rmtree(dst)
-    dst.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.name != "config.json":
-            os.symlink(f.resolve(), dst / f.name)
-    cfg = json.loads((src / "config.json").read_text())
-    eagle = dict(cfg.get("eagle_config") or {})
-    eagle["eagle_aux_hidden_state_layer_ids"] = list(c.aux_layer_ids)
-    eagle.setdefault("use_aux_hidden_state", True)
-    cfg["eagle_config"] = eagle
-    (dst / "config.json").write_text(json.dumps(cfg, indent=1))
-    return str(dst)
-
-
 def _write_runs(db: str, rows: list[dict], requests: dict[str, list[load.RequestResult]] = {},
                 sources: dict[str, tuple[str, int, int]] = {}, reset: bool = False) -> None:
     """Upsert run rows, with their log ranges and request rows, in one transaction. `reset`:
@@ -251,7 +202,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
     log_path = run_dir / f"server-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.log"
     out = ConfigOutcome(config=c.name, status="ok", log_path=str(log_path), port=job.port,
                         gpus=list(job.gpus) if job.gpus is not None else None)
-    base = {**_config_columns(sweep, c, draft_aux_ids(c))}
+    base = {**_config_columns(sweep, c, launch.draft_aux_ids(c))}
     keys = list(job.runs)
     ids = {k: run_id(sweep.name, c.name, k) for k in keys}
     _write_runs(job.db, [{**base, "run_id": ids[k], "run_name": run_name(sweep, c.name, k),
@@ -278,7 +229,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
     try:
         if progress:
             progress.config_start(c.name, len(keys))
-        draft_path = _draft_with_aux(c, run_dir) if c.aux_layer_ids is not None else None
+        draft_path = launch.draft_with_aux(c, run_dir) if c.aux_layer_ids is not None else None
         if not launch.port_free(job.port):
             raise launch.LaunchFailed(
                 f"port {job.port} is already in use by another process; free it, or drop "
@@ -420,7 +371,7 @@ def plan(sweep: Sweep, db: str, force: bool) -> list[tuple[Config, list[RunKey]]
                 stored[row[0]] = row
     out = []
     for c in sweep.configs:
-        want = _config_columns(sweep, c, draft_aux_ids(c))
+        want = _config_columns(sweep, c, launch.draft_aux_ids(c))
         want.pop("origin")
         todo = []
         for k in keys:
@@ -525,101 +476,13 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
 def _unplaceable(sweep: Sweep, db: str, c: Config, keys: list[RunKey], n: int) -> ConfigOutcome:
     reason = (f"tp_size={c.tp_size} needs {c.tp_size} GPUs but --gpus lists {n}; give more GPUs "
               "or drop this config")
-    rows = [{**_config_columns(sweep, c, draft_aux_ids(c)), "run_id": run_id(sweep.name, c.name, k),
+    rows = [{**_config_columns(sweep, c, launch.draft_aux_ids(c)), "run_id": run_id(sweep.name, c.name, k),
              "run_name": run_name(sweep, c.name, k), "concurrency": k.concurrency,
              "repeat_idx": k.repeat_idx, "status": "failed", "failure_reason": reason}
             for k in keys]
     _write_runs(db, rows, reset=True)
     return ConfigOutcome(c.name, "failed", reason, runs=[
         RunOutcome(r["run_id"], r["concurrency"], r["repeat_idx"], "failed", reason) for r in rows])
-
-
-# ------------------------------------------------------------------------------- progress
-
-class Progress:
-    """Progress on stderr: bars redrawn in place on a terminal, plain lines otherwise."""
-
-    def __init__(self, stream=None, tty: bool | None = None):
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
-        self.lock = threading.RLock()   # re-entrant: the SIGINT handler prints too
-        self.total_runs = 0
-        self.runs_done = 0
-        self.current: dict[str, list] = {}     # config -> [requests done, total, label]
-
-    def _line(self, text: str) -> None:
-        with self.lock:
-            if self.tty:
-                self.stream.write("\r\033[K" + text + "\n")
-                self._draw()
-            else:
-                self.stream.write(text + "\n")
-            self.stream.flush()
-
-    @staticmethod
-    def _bar(done: int, total: int, width: int = 20) -> str:
-        n = int(width * done / total) if total else width
-        return "[" + "#" * n + "." * (width - n) + f"] {done}/{total}"
-
-    def _draw(self) -> None:
-        parts = ["runs " + self._bar(self.runs_done, self.total_runs)]
-        for name, (d, t, label) in self.current.items():
-            parts.append(f"{name} {label}" + (" " + self._bar(d, t, 10) if t else ""))
-        self.stream.write("\r\033[K" + "  ".join(parts)[:200])
-
-    def _redraw(self) -> None:
-        if self.tty:
-            with self.lock:
-                self._draw()
-                self.stream.flush()
-
-    def sweep_start(self, name: str, runs: int, configs: int, up_to_date: list[str]) -> None:
-        self.total_runs = runs
-        msg = f"sweep {name}: {configs} configs, {runs} runs to measure"
-        if up_to_date:
-            msg += f"; already measured (use --force to redo): {', '.join(up_to_date)}"
-        self._line(msg)
-
-    def config_start(self, name: str, runs: int) -> None:
-        self.current[name] = [0, 0, "starting"]
-        self._line(f"{name}: launching ({runs} runs)")
-
-    def note(self, name: str, text: str) -> None:
-        self._line(f"{name}: {text}")
-
-    def run_start(self, name: str, concurrency: int, repeat: int, n: int) -> None:
-        self.current[name] = [0, n, f"c={concurrency} r={repeat}"]
-        self._redraw()
-
-    def request_done(self, name: str, ok: bool) -> None:
-        with self.lock:
-            if name in self.current:
-                self.current[name][0] += 1
-        if self.tty:
-            self._redraw()
-
-    def run_end(self, name: str, r: RunOutcome) -> None:
-        self.runs_done += 1
-        tput = f", {r.output_tok_s:.1f} tok/s" if r.output_tok_s else ""
-        why = f" ({r.failure_reason})" if r.failure_reason else ""
-        self._line(f"{name}: c={r.concurrency} r={r.repeat_idx} {r.status}: {r.requests_ok} ok, "
-                   f"{r.requests_failed} failed{tput} in {r.load_s:.1f} s{why}")
-
-    def config_end(self, name: str, out: ConfigOutcome) -> None:
-        self.current.pop(name, None)
-        self.runs_done += sum(1 for r in out.runs if r.load_s == 0)
-        msg = f"{name}: {out.status}"
-        if out.failure_reason:
-            msg += f" ({out.failure_reason})"
-        if out.stop_note:
-            msg += f"; stop: {out.stop_note}"
-        self._line(msg + f"; {out.total_s:.1f} s total, overhead {out.overhead_s:.2f} s")
-
-    def sweep_end(self) -> None:
-        if self.tty:
-            with self.lock:
-                self.stream.write("\r\033[K")
-                self.stream.flush()
 
 
 # ------------------------------------------------------------------------------- CLI entry

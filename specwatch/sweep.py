@@ -222,8 +222,6 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
         for k in rest:
             out.runs.append(RunOutcome(ids[k], k.concurrency, k.repeat_idx, status, reason))
             done.add(k)
-        if out.status == "ok":
-            out.status, out.failure_reason = status, reason
 
     ing = None
     try:
@@ -325,9 +323,6 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
                 progress.run_end(c.name, out.runs[-1])
             if status == "failed" and (exit_code is not None or not answering):
                 raise launch.LaunchFailed(reason)
-            if status != "ok" and out.status == "ok":
-                out.status, out.failure_reason = ("interrupted" if status == "interrupted"
-                                                  else "ok"), reason
         if stop.is_set() and len(done) < len(keys):
             fail_rest("interrupted (Ctrl-C) before this run", "interrupted")
     except launch.LaunchFailed as exc:
@@ -350,6 +345,10 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
             out.stop_note = "; ".join(notes) or None
         if ing is not None:
             ing.close()
+        # The config's status is its worst run's; its reason the first one given.
+        statuses = {r.status for r in out.runs}
+        out.status = next((st for st in ("interrupted", "failed") if st in statuses), "ok")
+        out.failure_reason = next((r.failure_reason for r in out.runs if r.failure_reason), None)
         out.total_s = time.monotonic() - t_start
         if progress:
             progress.config_end(c.name, out)

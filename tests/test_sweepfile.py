@@ -2,6 +2,7 @@
 and the server command lines built from them (SGLang cannot run here: its argv is checked)."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -196,3 +197,34 @@ tp_size = 2
     with pytest.raises(launch.LaunchFailed, match="EAGLE3 needs SGLang >= 0.4.4.post2"):
         launch.command("sglang", cfg, 30000, sglang_version="0.4.3.post1")
     assert launch.parse_version("0.4.4.post2") == (0, 4, 4, 2)
+
+
+def test_aux_layer_ids_make_a_draft_copy_with_those_ids(tmp_path):
+    draft = tmp_path / "my-draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": '
+        '{"eagle_aux_hidden_state_layer_ids": [1, 3, 5], "use_aux_hidden_state": true}}')
+    (draft / "model.safetensors").write_bytes(b"weights")
+    p = write(tmp_path, HEAD.replace("builtin:draft-eagle3", str(draft)) + """
+[[config]]
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+aux_layer_ids = [-1, 1, 3]
+""")
+    s = sweepfile.load(p)
+    base, cfg = s.configs
+    assert launch.draft_aux_ids(base) is None
+    assert launch.draft_aux_ids(cfg) == [-1, 1, 3]
+    plain = sweepfile.Config(**{**cfg.__dict__, "aux_layer_ids": None})
+    assert launch.draft_aux_ids(plain) == [1, 3, 5]           # read from the draft's config
+    copy = Path(launch.draft_with_aux(cfg, tmp_path / "run"))
+    got = json.loads((copy / "config.json").read_text())
+    assert got["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 1, 3]
+    assert got["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert (copy / "model.safetensors").resolve() == (draft / "model.safetensors").resolve()
+    argv = launch.command("builtin", cfg, 30001, draft_path=str(copy))
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == str(copy)
+    remote = sweepfile.Config(**{**cfg.__dict__, "draft_model": "org/remote-draft"})
+    with pytest.raises(launch.LaunchFailed, match="needs a local draft dir"):
+        launch.draft_with_aux(remote, tmp_path / "run2")

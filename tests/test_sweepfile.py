@@ -228,3 +228,16 @@ aux_layer_ids = [-1, 1, 3]
     remote = sweepfile.Config(**{**cfg.__dict__, "draft_model": "org/remote-draft"})
     with pytest.raises(launch.LaunchFailed, match="needs a local draft dir"):
         launch.draft_with_aux(remote, tmp_path / "run2")
+
+
+def test_a_config_job_is_picklable_for_remote_execution(tmp_path):
+    """ARCHITECTURE decision 7: one config's unit of work can be shipped as a Ray task."""
+    import pickle
+
+    from specwatch import sweep
+
+    s = sweepfile.load(ROOT / "examples" / "builtin_sweep.toml")
+    job = sweep.ConfigJob(s, s.configs[1], (sweep.RunKey(1, 0), sweep.RunKey(4, 0)),
+                          str(tmp_path / "db.duckdb"), str(tmp_path / "run"), 30000, (0,))
+    assert pickle.loads(pickle.dumps(job)) == job
+    assert pickle.loads(pickle.dumps(sweep.run_config)) is sweep.run_config

@@ -45,7 +45,7 @@ while not stop:
     try:
         t_open = time.perf_counter()
         with store.reader(db) as con:
-            waits.append(time.perf_counter() - t_open)
+            waits.append((t, time.perf_counter() - t_open))
             rows = query._execute(con, "SELECT kv_tokens FROM decode_windows WHERE kv_tokens >= ?",
                                   [low], 1_000_000, 30).rows
         now = time.time()
@@ -127,7 +127,11 @@ def main() -> None:
         tail = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "tail", str(log), "--db",
                                  str(db), "--run", "bench", "--poll-interval",
                                  str(args.tail_poll_interval)], env=ENV, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
         while not db.exists():
+            if tail.poll() is not None or time.monotonic() > deadline:
+                tail.kill()
+                sys.exit(f"specwatch tail did not start: {tail.communicate()[1].decode()[-2000:]}")
             time.sleep(0.05)
         time.sleep(1.0)  # tail has created the schema
         reader = subprocess.Popen([sys.executable, "-c", READER, str(db), str(args.reader_poll_ms),
@@ -142,7 +146,10 @@ def main() -> None:
         res = json.loads(out.read_text())
         seen = {int(k): v for k, v in res["seen"].items()}
         lags = [(seen[s] - t) * 1000 for s, t in sent.items() if s in seen]
-        waits = [w * 1000 for w in res["waits"]]
+        waits = [w * 1000 for _, w in res["waits"]]
+        t_first = min(sent.values())
+        longest = sorted(res["waits"], key=lambda tw: -tw[1])[:3]
+        longest_note = ", ".join(f"{w * 1000:.0f} ms at t={t - t_first:+.1f} s" for t, w in longest)
         holds = burst_hold_ms(tmp, max(1, int(args.rate * args.tail_poll_interval)))
         rows = [
             ("lines written", len(sent), ""),
@@ -154,7 +161,7 @@ def main() -> None:
             ("lag max (ms)", f"{max(lags):.0f}" if lags else "nan", ""),
             ("reader open wait p50 (ms)", f"{pct(waits, 0.50):.1f}", "incl. lock retries"),
             ("reader open wait p99 (ms)", f"{pct(waits, 0.99):.1f}", ""),
-            ("reader open wait max (ms)", f"{max(waits):.1f}" if waits else "nan", ""),
+            ("reader open wait max (ms)", f"{max(waits):.1f}" if waits else "nan", longest_note),
             ("write burst lock hold p50 (ms)", f"{pct(holds, 0.50):.1f}",
              f"{int(args.rate * args.tail_poll_interval)} lines/burst, in-process"),
             ("write burst lock hold p99 (ms)", f"{pct(holds, 0.99):.1f}", ""),

@@ -21,6 +21,7 @@ Not a tuner: it says what is wrong and where to look, not which config is best (
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
@@ -191,6 +192,7 @@ def _local_dir(path: str | None) -> Path | None:
     return d if (d / "config.json").is_file() else None
 
 
+@functools.lru_cache(maxsize=64)
 def _weights_id(path: str | None) -> str | None:
     """Identity of a draft's weights: sha1 of its model.safetensors if local, else the path."""
     d = _local_dir(path)
@@ -585,7 +587,11 @@ def _probe(row: dict, cache: dict):
     key = (str(t), str(d), tuple(ids) if ids else None)
     if key not in cache:
         from specwatch import align
-        cache[key] = align.probe_draft_ids(t, d, ids)
+        try:
+            cache[key] = align.probe_draft_ids(t, d, ids)
+        except (ValueError, OSError) as exc:  # ids out of range, unreadable weights: _id_hints says why
+            print(f"specwatch doctor: {row['run_name']}: aux id probe skipped: {exc}", file=sys.stderr)
+            cache[key] = None
     return cache[key]
 
 

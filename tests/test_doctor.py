@@ -228,3 +228,94 @@ def test_describe_shift_names_slot_and_convention():
     assert "+1 convention" in doctor.describe_shift([2, 4, 6], [1, 3, 5]) or \
         "-1, -1, -1" in doctor.describe_shift([2, 4, 6], [1, 3, 5])
     assert doctor.describe_shift([1, 3, 5], [2, 4, 6]).startswith("offset per id +1, +1, +1")
+
+
+# ----------------------------------------------------------------------------- end to end (slow)
+
+E2E_SWEEP = """\
+name = "doctor-e2e"
+engine = "builtin"
+model = "builtin:target"
+draft_model = "builtin:draft-eagle3"
+speculative_algorithm = "EAGLE3"
+server_flags = ["--decode-log-interval", "8"]
+concurrency = [1]
+
+[workload]
+prompts = "builtin:mixed"
+num_prompts = 6
+warmup_requests = 1
+output_tokens = 64
+temperature = 0.0
+seed = 0
+
+[[config]]
+name = "correct"
+speculative_num_steps = 3
+speculative_eagle_topk = 1
+
+[[config]]
+name = "shifted"
+speculative_num_steps = 3
+speculative_eagle_topk = 1
+aux_layer_ids = [-1, 1, 3]
+"""
+
+
+def _accept_len(draft_dir, prompts: list[str], tokens: int = 64) -> float:
+    """Greedy accept length of the built-in decoder: Σ tokens after the first / Σ verify steps."""
+    from specwatch.engine.decode import Request, SpecDecoder
+
+    dec = SpecDecoder("builtin:target", draft_dir, num_steps=3, topk=1)
+    reqs = [Request(f"r{i}", list(p.encode()), tokens) for i, p in enumerate(prompts)]
+    dec.prefill(reqs)
+    while not all(r.finished for r in reqs):
+        dec.decode_step([r for r in reqs if not r.finished])
+    return sum(len(r.output_ids) - 1 for r in reqs) / sum(r.spec_verify_ct for r in reqs)
+
+
+@pytest.mark.slow
+def test_e2e_shifted_ids_flagged_and_suggestion_restores_accept_len(tmp_path):
+    """Built-in engine sweep with correct and slot-shifted aux ids: doctor flags only the shifted
+    run, names the offset and the ids; a draft dir carrying the suggested ids gets the accept
+    length of the correct run back (measured by the engine's decoder, not by doctor)."""
+    from specwatch.engine import models_dir
+    draft = models_dir() / "draft-eagle3"
+    if not (draft / "model.safetensors").is_file():
+        pytest.skip("built-in draft weights not present")
+    sweep_file = tmp_path / "sweep.toml"
+    sweep_file.write_text(E2E_SWEEP)
+    db = tmp_path / "e2e.duckdb"
+    run_cli("run-sweep", sweep_file, "--db", db, "--out-dir", tmp_path / "runs", timeout=400)
+    stored = {r["config_name"]: r for r in query.run_sql(
+        db, "SELECT config_name, run_name, accept_len FROM config_summary").dicts()}
+    findings, _ = doctor.diagnose(db)
+    shifted = _codes(findings, stored["shifted"]["run_name"])
+    mis = shifted["aux_ids_mismatch"]
+    assert mis.severity == "error"
+    assert mis.evidence.numbers["served_ids"] == [-1, 1, 3]
+    suggested = mis.evidence.numbers["best_ids"]
+    assert suggested == [1, 3, 5]          # what the draft was trained on (engine/models/README.md)
+    assert "+2, +2, +2" in mis.title and "slot shift" in mis.title
+    assert mis.evidence.numbers["captured_layers_by_cosine"] == [-1, 1, 3]
+    assert "accept_len_below_sibling" in shifted
+    correct = _codes(findings, stored["correct"]["run_name"])
+    assert not {"aux_ids_mismatch", "accept_len_near_1", "accept_len_below_sibling"} & set(correct)
+    # apply the suggestion: a draft dir copy whose config.json carries the suggested ids
+    fixed = tmp_path / "draft-fixed"
+    fixed.mkdir()
+    for f in draft.iterdir():
+        if f.name != "config.json":
+            (fixed / f.name).symlink_to(f.resolve())
+    cfg = json.loads((models_dir() / "draft-eagle3-shifted" / "config.json").read_text()
+                     if (models_dir() / "draft-eagle3-shifted").is_dir() else (draft / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = suggested
+    (fixed / "config.json").write_text(json.dumps(cfg))
+    prompts = [json.loads(ln)["prompt"] for ln in
+               (Path(__file__).resolve().parent.parent / "specwatch" / "workloads" / "chat.jsonl")
+               .read_text().splitlines()[:4]]
+    al_fixed = _accept_len(fixed, prompts)
+    print(f"stored accept_len correct={stored['correct']['accept_len']:.3f} "
+          f"shifted={stored['shifted']['accept_len']:.3f}; decoder with suggested ids {al_fixed:.3f}")
+    assert al_fixed >= 0.9 * stored["correct"]["accept_len"]
+    assert al_fixed >= 1.3 * stored["shifted"]["accept_len"]

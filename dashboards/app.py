@@ -127,6 +127,11 @@ class Reader:
                 "or `run-sweep` writes there; this page refreshes on its own.")
 
 
+def page_reader(db: str) -> Reader:
+    """The full run's Reader (one stamp, one wait per page), or a fresh one for a fragment rerun."""
+    return st.session_state.get("_page_reader") or Reader(db)
+
+
 def _tuple(ids) -> tuple:
     return tuple(sorted(ids))
 
@@ -161,7 +166,7 @@ def compare_frame(r: Reader, run_ids: tuple) -> pd.DataFrame:
 # Views
 # ---------------------------------------------------------------------------------------------
 def view_compare(db: str, run_ids: tuple, refresh_s: int | None) -> None:
-    r = Reader(db)
+    r = page_reader(db)
     if r.missing:
         return r.missing_note()
     df = compare_frame(r, run_ids)
@@ -255,7 +260,7 @@ def _accept_vs_throughput(df: pd.DataFrame) -> None:
 
 
 def view_concurrency(db: str, run_ids: tuple, refresh_s: int | None) -> None:
-    r = Reader(db)
+    r = page_reader(db)
     if r.missing:
         return r.missing_note()
     df = compare_frame(r, run_ids)
@@ -303,7 +308,7 @@ def view_concurrency(db: str, run_ids: tuple, refresh_s: int | None) -> None:
 
 
 def view_timeseries(db: str, run_ids: tuple, refresh_s: int | None) -> None:
-    r = Reader(db)
+    r = page_reader(db)
     if r.missing:
         return r.missing_note()
     df = compare_frame(r, run_ids)
@@ -366,7 +371,7 @@ def _default_series(runs: pd.DataFrame, limit: int = 5) -> list[str]:
 
 
 def view_acceptance(db: str, run_ids: tuple, refresh_s: int | None) -> None:
-    r = Reader(db)
+    r = page_reader(db)
     if r.missing:
         return r.missing_note()
     h = r.df(Q.HISTOGRAM, (list(run_ids),))
@@ -396,7 +401,7 @@ def view_acceptance(db: str, run_ids: tuple, refresh_s: int | None) -> None:
 
 
 def view_findings(db: str, run_ids: tuple, refresh_s: int | None) -> None:
-    r = Reader(db)
+    r = page_reader(db)
     if r.missing:
         return r.missing_note()
     df = compare_frame(r, run_ids)
@@ -477,7 +482,7 @@ def view_sql(db: str) -> None:
 def sidebar(db: str) -> tuple[tuple, int | None, int]:
     """Sweeps/runs picked, refresh interval, and how many runs exist (to notice new ones)."""
     st.sidebar.title("specwatch")
-    reader = Reader(db)
+    reader = page_reader(db)
     runs = reader.df(Q.RUNS)
     refresh = st.sidebar.selectbox("Auto-refresh", list(REFRESH_CHOICES),
                                    index=list(REFRESH_CHOICES).index(DEFAULT_REFRESH), key="refresh")
@@ -512,17 +517,22 @@ def live(fn, refresh_s: int | None, runs_seen: int):
 def main() -> None:
     st.set_page_config(page_title="specwatch", page_icon="⏱", layout="wide")
     db = db_path()
-    run_ids, refresh_s, runs_seen = sidebar(db)
-    st.markdown("#### Speculative decoding: configs vs baseline")
-    tabs = st.tabs(VIEW_NAMES, key="view", bind="query-params")
-    handlers = [view_compare, view_concurrency, view_timeseries, view_acceptance, view_findings]
-    for tab, handler in zip(tabs, handlers):
-        if tab.open:
-            with tab:
-                live(handler, refresh_s, runs_seen)(db, run_ids, refresh_s)
-    if tabs[-1].open:
-        with tabs[-1]:
-            view_sql(db)
+    # One Reader for the whole page run; fragment reruns (live refresh) make their own.
+    st.session_state["_page_reader"] = Reader(db)
+    try:
+        run_ids, refresh_s, runs_seen = sidebar(db)
+        st.markdown("#### Speculative decoding: configs vs baseline")
+        tabs = st.tabs(VIEW_NAMES, key="view", bind="query-params")
+        handlers = [view_compare, view_concurrency, view_timeseries, view_acceptance, view_findings]
+        for tab, handler in zip(tabs, handlers):
+            if tab.open:
+                with tab:
+                    live(handler, refresh_s, runs_seen)(db, run_ids, refresh_s)
+        if tabs[-1].open:
+            with tabs[-1]:
+                view_sql(db)
+    finally:
+        st.session_state["_page_reader"] = None
 
 
 main()

@@ -318,3 +318,30 @@ def test_reads_wait_for_a_writer_instead_of_failing(app, fixture_db, tmp_path):
         assert "eagle3-s3k1" in set(table_with(at, "accept_len")["config"])
     finally:
         holder.wait(10)
+
+
+@pytest.mark.slow
+def test_writer_holding_past_the_read_wait_shows_last_data_and_a_quiet_note(app, fixture_db, tmp_path):
+    """Longer than the reader's lock wait (store.LOCK_WAIT_S): last data stays, a note says why."""
+    import subprocess
+    import sys
+    import time
+    at = app()
+    assert "eagle3-s3k1" in set(table_with(at, "accept_len")["config"])
+    ready = tmp_path / "locked"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, pathlib, time\n"
+        f"con = duckdb.connect({str(fixture_db)!r})\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        f"time.sleep({store.LOCK_WAIT_S + 4})\ncon.close()\n")])
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.02)
+        at.run(timeout=60)
+        assert not at.exception and not at.error
+        assert "eagle3-s3k1" in set(table_with(at, "accept_len")["config"])
+        assert any("Waiting for the writer" in c.value for c in at.caption)
+    finally:
+        holder.wait(30)

@@ -71,7 +71,7 @@ def _draft_topk_merge_kernel(
     logits_ptr, stride_row, vocab, n_groups,
     part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
     hot_ptr, out_p_ptr, out_i_ptr,
-    K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, GP: tl.constexpr, GROUP_SIZE: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr, GROUP_SIZE: tl.constexpr,
     HAS_HOT: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -84,17 +84,32 @@ def _draft_topk_merge_kernel(
     safe_m = tl.where(m == NEG_INF, 0.0, m)
     s = tl.sum(ps * tl.math.exp2((pm - safe_m) * LOG2E), axis=0)
     lse = safe_m + tl.log(s)
-    # top-K groups by (max desc, group index asc) over all group maxima of the row
-    g = tl.arange(0, GP)
-    g_ok = g < n_groups
+    # top-K groups by (max desc, group index asc), in two levels: top-K super-groups (32 groups
+    # each) first, then top-K groups inside them. The argument that makes groups exact applies
+    # to super-groups too, and K passes over V/1024 + 32K values replace K passes over V/32.
+    sg = tl.arange(0, SGP)
+    c32 = tl.arange(0, 32)
+    gidx2 = sg[:, None] * 32 + c32[None, :]
+    gv2 = tl.load(gmax_ptr + row64 * n_groups + gidx2, mask=gidx2 < n_groups, other=NEG_INF)
+    smax = tl.max(gv2, axis=1)
+    taken_s = (sg * 32) >= n_groups
+    slot = tl.arange(0, KP)
+    sel_s = tl.full([KP], SENTINEL_GROUP, tl.int32)
+    for j in tl.static_range(K):
+        v = tl.where(taken_s, NEG_INF, smax)
+        best_v = tl.max(v, axis=0)
+        best_s = tl.min(tl.where((v == best_v) & (~taken_s), sg, BIG_INDEX), axis=0)
+        sel_s = tl.where(slot == j, best_s, sel_s)
+        taken_s = taken_s | (sg == best_s)
+    g = sel_s[:, None] * 32 + c32[None, :]
+    g_ok = (slot[:, None] < K) & (sel_s[:, None] < SENTINEL_GROUP) & (g < n_groups)
     gv = tl.load(gmax_ptr + row64 * n_groups + g, mask=g_ok, other=NEG_INF)
     taken = ~g_ok
-    slot = tl.arange(0, KP)
     sel_g = tl.full([KP], SENTINEL_GROUP, tl.int32)
     for j in tl.static_range(K):
         v = tl.where(taken, NEG_INF, gv)
-        best_v = tl.max(v, axis=0)
-        best_g = tl.min(tl.where((v == best_v) & (~taken), g, BIG_INDEX), axis=0)
+        best_v = tl.max(tl.max(v, axis=1), axis=0)
+        best_g = tl.min(tl.min(tl.where((v == best_v) & (~taken), g, BIG_INDEX), axis=1), axis=0)
         sel_g = tl.where(slot == j, best_g, sel_g)
         taken = taken | (g == best_g)
     # exact top-K among the selected groups' logits
@@ -123,10 +138,12 @@ def _draft_topk_merge_kernel(
 
 # (rows, vocab) -> (BLOCK, num_warps). Chosen on the H200 sweep in benchmarks/bench_kernels.py
 # (--sweep); see benchmarks/results/kernels_h200.md.
+# Sweep at 512x163840, 256x128256, 512x32000, 64x163840, 8x128256 (K=8): BLOCK 4096 / 4 warps /
+# 8 programs per SM was best or within 6% of best on each shape (2048..8192 x 4..8 warps x 2..8).
 def _config(rows: int, vocab: int) -> tuple[int, int]:
     if vocab <= 8192:
         return 1024, 4
-    return 4096, 8
+    return 4096, 4
 
 
 def _num_sms(device: torch.device) -> int:
@@ -135,7 +152,7 @@ def _num_sms(device: torch.device) -> int:
     return 4  # interpreter: a few splits so the merge path is exercised
 
 
-def plan_splits(rows: int, vocab: int, block: int, device: torch.device, programs_per_sm: int = 6) -> tuple[int, int]:
+def plan_splits(rows: int, vocab: int, block: int, device: torch.device, programs_per_sm: int = 8) -> tuple[int, int]:
     """(nsplit, chunk): vocabulary split so that rows * nsplit ~ programs_per_sm * #SMs; chunk is a multiple of block."""
     tiles = triton.cdiv(vocab, block)
     want = max(1, triton.cdiv(programs_per_sm * _num_sms(device), max(rows, 1)))
@@ -178,10 +195,10 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     hot = hot_token_id if hot_token_id is not None else out_i
     if hot_token_id is not None and (hot.device != device or hot.dtype != torch.int64):
         hot = hot.to(device=device, dtype=torch.int64)
-    gp = triton.next_power_of_2(n_groups)
+    sgp = triton.next_power_of_2(triton.cdiv(n_groups, 32))
     _draft_topk_merge_kernel[(rows,)](
         logits, logits.stride(0), vocab, n_groups, part_m, part_s, gmax, nsplit,
         hot, out_p, out_i,
-        K=k, KP=kp, NSP=triton.next_power_of_2(nsplit), GP=gp, GROUP_SIZE=GROUP,
-        HAS_HOT=hot_token_id is not None, num_warps=8 if gp >= 2048 else 4)
+        K=k, KP=kp, NSP=triton.next_power_of_2(nsplit), SGP=sgp, GROUP_SIZE=GROUP,
+        HAS_HOT=hot_token_id is not None, num_warps=8 if sgp >= 64 else 4)
     return out_p, out_i

@@ -56,6 +56,16 @@ def _healthy(port: int) -> bool:
         return False
 
 
+@pytest.fixture(scope="module", autouse=True)
+def chromium_present():
+    """Before anything starts: skip (locally) or fail (CI) without chromium or playwright."""
+    _need(CHROMIUM.exists(), f"{CHROMIUM} not installed (apt-get install chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _need(False, "the playwright package is not installed (pip install -e '.[dev]')")
+
+
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory):
     """`specwatch dashboard` on a fresh fixture DB: yields (url, db); stops it with SIGTERM."""
@@ -84,11 +94,7 @@ def dashboard(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(dashboard):
-    _need(CHROMIUM.exists(), f"{CHROMIUM} not installed (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _need(False, "the playwright package is not installed")
+    from playwright.sync_api import sync_playwright
     SHOTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

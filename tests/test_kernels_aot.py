@@ -35,7 +35,7 @@ for dt in ("bf16", "fp32"):
         SPECS.append((D._draft_topk_merge_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", n_groups="i32",
             part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
             hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64"),
-            dict(K=K, KP=KP, NSP=64, GP=8192, GROUP_SIZE=32, HAS_HOT=True), 8))
+            dict(K=K, KP=KP, NSP=64, SGP=256, GROUP_SIZE=32, HAS_HOT=True), 8))
     SPECS.append((V._verify_tree_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", nsplit="i32",
         cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", key_ptr="*i64", ticket_ptr="*i32",
         predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",

@@ -112,3 +112,14 @@ def test_dispatcher(tri, monkeypatch):
     monkeypatch.setenv("SPECWATCH_KERNELS", "bogus")
     with pytest.raises(ValueError, match="SPECWATCH_KERNELS"):
         ops.use_triton(logits)
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_super_group_pruning_with_ties(tri, k):
+    """V/1024 super-groups > K, so the merge prunes at both levels; ties span super-groups."""
+    logits = torch.randn(2, 9000) - 10
+    logits[0, [8999, 5000, 2047, 2048, 1]] = 3.0     # 5-way tie across four super-groups
+    logits[1, 4096:4100] = 2.0
+    logits[1, 7000] = 2.0
+    _check(tri, logits, k, block=512, nsplit=2)
+    _check(tri, logits.bfloat16(), k, block=1024, nsplit=3)

@@ -222,3 +222,21 @@ def test_tail_process_stress(tmp_path):
         t += down
     n, reader = stress(tmp_path, duration_s=25.0, rotations=rotations, kills=kills)
     assert n >= 4900
+
+
+@pytest.mark.slow
+def test_tail_process_rapid_sigkills(tmp_path):
+    """~15 s with a SIGKILL every 0.3-1.2 s (so many land inside a commit or a startup) and
+    rotations of both kinds."""
+    seed = int(os.environ.get("SPECWATCH_STRESS_SEED", random.randrange(1 << 30)))
+    rnd = random.Random(seed)
+    print(f"SPECWATCH_STRESS_SEED={seed}")
+    rotations = [(1.0 + 2.5 * i + rnd.random(), ("copytruncate", "rename")[i % 2]) for i in range(5)]
+    kills, t = [], 0.5
+    while t < 14.0:
+        t += rnd.uniform(0.3, 1.2)
+        down = rnd.uniform(0.0, 0.3)
+        kills.append((t, down))
+        t += down
+    n, reader = stress(tmp_path, duration_s=15.0, rotations=rotations, kills=kills)
+    assert n >= 2900

@@ -147,10 +147,27 @@ def bench_draft_topk(bw, compile_shapes, quick):
                 cf = torch.compile(sglang_draft_topk, dynamic=False)
                 cf(logits, k, hot)
                 times["compile_graph"] = t_graph(lambda: cf(logits, k, hot))
+            if r * v >= 256 * 128256:
+                print(f"  pass 1 alone (graph): {t_graph(lambda: pass1_only(logits)):.1f} us", flush=True)
             exact = ("exact" if ok else "MISMATCH") + ("" if same_set else " (sglang set differs: ties)")
             row("draft_topk", f"B={b} K={k} R={r} V={v}", "bf16" if dtype == torch.bfloat16 else "fp32",
                 r * v * logits.element_size(), bw, times, exact)
             del logits
+
+
+def pass1_only(logits):
+    """The streaming pass of draft_topk alone (to split its time from the merge)."""
+    import kernels._draft_topk_triton as D
+
+    r, v = logits.shape
+    block, warps = D._config(r, v)
+    ns, chunk = D.plan_splits(r, v, block, logits.device)
+    ng = triton.cdiv(v, D.GROUP)
+    pm = torch.empty(r, ns, device=DEV)
+    ps = torch.empty(r, ns, device=DEV)
+    gm = torch.empty(r, ng, device=DEV)
+    D._draft_topk_partial_kernel[(r, ns)](logits, logits.stride(0), v, chunk, ng, pm, ps, gm, ns,
+                                          BLOCK=block, GROUP_SIZE=D.GROUP, num_warps=warps)
 
 
 def sweep_draft_topk(bw):

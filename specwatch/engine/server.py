@@ -59,6 +59,8 @@ class Engine:
         self._rr = 0
         self._rr_lock = threading.Lock()
         self.schedulers: list = []
+        self.inflight = 0  # HTTP requests being answered (shutdown lets them finish briefly)
+        self.inflight_lock = threading.Lock()
         self.spec = self.args.speculative_algorithm is not None
         self.draft_headroom = self.args.speculative_num_draft_tokens or 1 if self.spec else 1
 
@@ -233,6 +235,15 @@ class Handler(BaseHTTPRequestHandler):
         self._send(int(e.status), payload)
 
     def _route(self, method: str) -> None:
+        with self.engine.inflight_lock:
+            self.engine.inflight += 1
+        try:
+            self._dispatch(method)
+        finally:
+            with self.engine.inflight_lock:
+                self.engine.inflight -= 1
+
+    def _dispatch(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
         routes = ROUTES.get(path)
         try:
@@ -467,7 +478,10 @@ def _warmup(engine: Engine, port: int, log: Any) -> None:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
             body = json.dumps({"text": WARMUP_PROMPT,
                                "sampling_params": {"temperature": 0, "max_new_tokens": 8}})
-            conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            headers = {"Content-Type": "application/json"}
+            if engine.args.api_key:
+                headers["Authorization"] = f"Bearer {engine.args.api_key}"
+            conn.request("POST", "/generate", body, headers)
             resp = conn.getresponse()
             data = resp.read()
             conn.close()
@@ -548,7 +562,10 @@ def main(argv: list[str] | None = None) -> int:
         pass
     print(sglang_log.uvicorn_line("Shutting down"), file=sys.stderr, flush=True)
     httpd.shutdown()
-    _stop_schedulers(engine)
+    _stop_schedulers(engine)  # aborts queued and running requests
+    deadline = time.monotonic() + 1.0  # let their handlers send the error and close the stream
+    while engine.inflight and time.monotonic() < deadline:
+        time.sleep(0.02)
     httpd.server_close()
     print(sglang_log.uvicorn_line(f"Finished server process [{os.getpid()}]"), file=sys.stderr,
           flush=True)

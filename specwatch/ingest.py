@@ -55,24 +55,33 @@ def _fingerprint(head: bytes) -> str:
     return hashlib.sha1(head).hexdigest()
 
 
+def _matching_sources(con, path: str, st: os.stat_result, head: bytes) -> list[schema.Source]:
+    """Stored sources whose fingerprinted first bytes this file starts with (any checkpoint)."""
+    fp_len = min(len(head), FP_LEN)
+    fp = _fingerprint(head[:fp_len])
+    # A source committed while its file was under FP_LEN bytes has a shorter fingerprint that no
+    # hash of this head can be looked up by; such sources are few (tiny files), so check them all.
+    rows = con.execute(
+        "SELECT * FROM sources WHERE (fingerprint = ? AND fingerprint_len = ?) "
+        "OR fingerprint_len < ? OR (device = ? AND inode = ?) OR path = ?",
+        [fp, fp_len, FP_LEN, st.st_dev, st.st_ino, path]).fetchall()
+    cols = schema.column_names("sources")
+    out = []
+    for row in rows:
+        src = schema.Source(**dict(zip(cols, row)))
+        if src.fingerprint_len <= len(head) and \
+                _fingerprint(head[:src.fingerprint_len]) == src.fingerprint:
+            out.append(src)
+    return out
+
+
 def stored_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Source | None:
     """The stored source this open file continues, or None. A source matches when the file starts
     with the bytes it fingerprinted and is at least as long as its checkpoint; the same
     device+inode wins over a copy (copy-truncate), then the furthest checkpoint."""
-    size = st.st_size
-    fp_len = min(len(head), FP_LEN)
-    fp = _fingerprint(head[:fp_len])
-    rows = con.execute(
-        "SELECT * FROM sources WHERE (fingerprint = ? AND fingerprint_len = ?) "
-        "OR (device = ? AND inode = ?) OR path = ?",
-        [fp, fp_len, st.st_dev, st.st_ino, path]).fetchall()
-    cols = schema.column_names("sources")
     best = None
-    for row in rows:
-        src = schema.Source(**dict(zip(cols, row)))
-        if src.fingerprint_len > len(head) or src.offset_bytes > size:
-            continue
-        if _fingerprint(head[:src.fingerprint_len]) != src.fingerprint:
+    for src in _matching_sources(con, path, st, head):
+        if src.offset_bytes > st.st_size:
             continue
         rank = ((src.device, src.inode) == (st.st_dev, st.st_ino), src.offset_bytes)
         if best is None or rank > best[0]:
@@ -81,8 +90,9 @@ def stored_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Sou
         return None
     src = best[1]
     src.path, src.device, src.inode = path, st.st_dev, st.st_ino
+    fp_len = min(len(head), FP_LEN)
     if src.fingerprint_len < fp_len:  # the file grew past what we hashed: hash more of it
-        src.fingerprint, src.fingerprint_len = fp, fp_len
+        src.fingerprint, src.fingerprint_len = _fingerprint(head[:fp_len]), fp_len
     return src
 
 
@@ -291,15 +301,19 @@ class FileIngestor:
 
     `known_only`: only continue a source already stored (never start a new one); `tail` uses it for
     rotated siblings (`server.log.1`), which may hold the unread end of a source but must not be
-    ingested from their start when they are old archives."""
+    ingested from their start when they are old archives. With `adopt_modified_after` (epoch s),
+    a file that matches no stored source at all and was modified after that time is read from its
+    start after all: a rotated file written while followed but never read (tail was down)."""
 
     def __init__(self, db: str | Path, path: str | Path, run_id: str | None = None,
-                 chunk_bytes: int = CHUNK_BYTES, known_only: bool = False):
+                 chunk_bytes: int = CHUNK_BYTES, known_only: bool = False,
+                 adopt_modified_after: float | None = None):
         self.db = str(db)
         self.path = os.path.abspath(path)
         self.run_id = run_id
         self.chunk_bytes = chunk_bytes
         self.known_only = known_only
+        self.adopt_modified_after = adopt_modified_after
         self._fh = None
         self._src: schema.Source | None = None
         self._attached: set[str] = set()
@@ -353,7 +367,13 @@ class FileIngestor:
             return None  # nothing complete yet: do not register a source for it
         with store.writer(self.db) as con:
             if self.known_only:
-                return stored_source(con, self.path, st, head)
+                src = stored_source(con, self.path, st, head)
+                if src is None and self.adopt_modified_after is not None \
+                        and st.st_mtime > self.adopt_modified_after \
+                        and not _matching_sources(con, self.path, st, head):
+                    # (a match whose checkpoint is past this file's size is a copy in progress)
+                    src = find_source(con, self.path, st, head)
+                return src
             return find_source(con, self.path, st, head)
 
     def _same_head(self, src: schema.Source) -> bool:

@@ -9,8 +9,10 @@ Rotation: `ingest.FileIngestor` keeps the open file between polls, so a file ren
 truncated in place (copy-truncate) or replaced starts a new source. Rotated siblings in the same
 directory (`server.log.1`, `server.log-20250101`) are checked whenever they change, and at start: a
 sibling that continues a stored source whose checkpoint is behind (the copy made by copy-truncate,
-or a file renamed while `tail` was not running) is drained from that checkpoint. Siblings that
-continue no stored source (old archives) are never ingested.
+or a file renamed while `tail` was not running) is drained from that checkpoint. A sibling with a
+rotation name (`.N`, `-DATE`) that continues no stored source is read from its start if it was
+modified after the run began being followed (it was created and rotated away while `tail` was
+down); older ones are archives and are never ingested.
 
 Database lock (ARCHITECTURE decision 2): each write burst opens the database, commits rows and
 checkpoint in one transaction, and closes it. Bursts are paced so the file is free at least two
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import stat
 import threading
@@ -54,6 +57,19 @@ def _is_sibling(name: str, base: str) -> bool:
     return name.startswith(base + ".") or name.startswith(base + "-")
 
 
+# Names logrotate gives rotated files: `.1`, `.2`, ... or dateext `-20250101`, `-2025-01-01-1700`.
+# Not `.gz` (compressed), `.err` or `-worker1`: those may be other logs that share the prefix.
+_ROTATED_SUFFIX = re.compile(r"[.-][0-9][0-9._-]*")
+
+
+def _following_since(db: str, run_id: str) -> float:
+    """When this run started being followed: its earliest source's first commit, or now."""
+    with store.writer(db) as con:
+        first = con.execute("SELECT min(s.first_seen) FROM sources s JOIN run_sources r "
+                            "USING (source_id) WHERE r.run_id = ?", [run_id]).fetchone()[0]
+    return first.timestamp() if first is not None else time.time()
+
+
 class _Follower:
     """One followed path: its ingestor plus the rotated siblings that may hold its unread lines."""
 
@@ -66,6 +82,10 @@ class _Follower:
         self._checked: dict[str, tuple] = {}   # sibling path -> (dev, ino, size, mtime) last drained
         self._missing = False
         self._db_abs = os.path.abspath(db)
+        # Rotated files modified after this (epoch s) that continue no stored source were written
+        # while this run was followed, but rotated away while tail was down: read them whole.
+        # Older ones are archives from before and are left alone.
+        self.adopt_after: float | None = None
 
     def wants(self, name: str) -> bool:
         return name == self.name or _is_sibling(name, self.name)
@@ -112,7 +132,9 @@ class _Follower:
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             if self._checked.get(path) == key:
                 continue
-            ing = ingest.FileIngestor(self.db, path, self.run_id, known_only=True)
+            rotated = _ROTATED_SUFFIX.fullmatch(name[len(self.name):]) is not None
+            ing = ingest.FileIngestor(self.db, path, self.run_id, known_only=True,
+                                      adopt_modified_after=self.adopt_after if rotated else None)
             try:
                 result.merge(ing.poll())
             except ingest.IngestError:
@@ -215,8 +237,12 @@ def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interv
     stop = stop or threading.Event()
     wake = threading.Event()
     followers = [_Follower(db, p, run or Path(p).name) for p in paths]
+    since = {}
     for run_id in dict.fromkeys(f.run_id for f in followers):
         ingest.ensure_run(db, run_id)
+        since[run_id] = _following_since(db, run_id)
+    for f in followers:
+        f.adopt_after = since[f.run_id]
 
     restore = {}
     if threading.current_thread() is threading.main_thread():

@@ -146,6 +146,34 @@ def test_rename_create_while_stopped_drains_the_renamed_file(env):
     assert_exactly(db, range(70))
 
 
+def test_copy_truncate_just_after_a_first_commit_under_1kb(env):
+    """The source's fingerprint covers < 1 KB (all the file had): the copy is still recognised."""
+    db, log = env
+    write(log, range(2))
+    once(db, log)
+    write(log, range(2, 30))
+    shutil.copyfile(log, str(log) + ".1")
+    os.truncate(log, 0)
+    write(log, range(30, 35))
+    once(db, log)
+    assert_exactly(db, range(35))
+
+
+def test_file_created_and_rotated_away_while_stopped_is_read_whole(env):
+    db, log = env
+    write(log, range(50))
+    once(db, log)
+    time.sleep(0.05)  # file mtimes have coarse (jiffy) granularity
+    write(log, range(50, 60))
+    os.rename(log, str(log) + ".1")
+    write(log, range(60, 100))               # never seen by tail ...
+    os.rename(str(log) + ".1", str(log) + ".2")
+    os.rename(log, str(log) + ".1")          # ... and rotated away before it comes back
+    write(log, range(100, 110))
+    once(db, log)
+    assert_exactly(db, range(110))
+
+
 def test_rename_create_live_old_writer_keeps_writing(env):
     """logrotate `create` without a reopen signal: the server writes to the renamed file a while."""
     db, log = env
@@ -206,12 +234,15 @@ def test_replaced_by_rename_of_another_file(env):
     assert_exactly(db, list(range(20)) + list(range(500, 535)))
 
 
-def test_old_archives_and_database_next_to_the_log_are_not_ingested(env, tmp_path):
+def test_old_archives_other_logs_and_database_next_to_the_log_are_not_ingested(env, tmp_path):
     db, log = env
-    write(str(log) + ".7", range(900, 910))  # an archive from an earlier run
+    write(str(log) + ".7", range(900, 910))  # an archive from before the run
     db = str(log) + ".duckdb"                # a database named like a rotated sibling
     write(log, range(10))
     once(db, log)
+    time.sleep(0.05)
+    write(str(log) + "-worker1", range(800, 810))  # another log sharing the prefix
+    write(str(log) + ".err", range(700, 710))
     once(db, log)
     assert_exactly(db, range(10))
 

@@ -99,13 +99,12 @@ def time_queries(db: Path) -> list[tuple[str, float, float, int]]:
     out.append(("runs (sidebar)", w, c, len(res.rows)))
     ids = sorted(r[0] for r in res.rows)
     res, w, c = _timed(lambda: query.run_sql(db, Q.COMPARE, [ids], max_rows=100_000))
-    out.append(("compare (config_summary + config_flags)", w, c, len(res.rows)))
+    out.append(("compare (config_summary incl. flags)", w, c, len(res.rows)))
     return out
 
 
 def time_summary_alone(db: Path) -> tuple[float, float]:
-    """For the record: one evaluation of config_summary. COMPARE joins config_flags, itself a view
-    over config_summary, so DuckDB evaluates config_summary twice there."""
+    """For the record: one evaluation of config_summary alone (COMPARE adds a runs join)."""
     from specwatch import query
     _, w, c = _timed(lambda: query.run_sql(db, "SELECT * FROM config_summary", max_rows=100_000))
     return w, c

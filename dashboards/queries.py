@@ -1,6 +1,6 @@
 """The dashboard's SQL, in one place: selections over specwatch's views, nothing more.
 
-Every metric shown comes from `config_summary`, `config_flags` or `decode_windows_scoped`
+Every metric shown comes from `config_summary` (flags included) or `decode_windows_scoped`
 (specwatch/views.py, where the formulas live). What is here only picks rows and columns, labels them,
 orders them, sums raw counts for display, and thins a time series for plotting.
 
@@ -47,11 +47,9 @@ SELECT
   s.gen_throughput_tok_s, s.output_tok_s, s.speedup_gen, s.speedup_client,
   s.ttft_ms_p50, s.ttft_ms_p99, s.itl_ms_p50, s.itl_ms_p99,
   s.windows, s.status, s.failure_reason,
-  f.low_accept_len, f.slower_than_baseline,
+  s.low_accept_len, s.slower_than_baseline,
   b.run_name AS baseline, s.model_path, s.sglang_version, s.run_id, s.config_offset
 FROM s
-LEFT JOIN config_flags f
-  ON f.run_id = s.run_id AND f.config_offset IS NOT DISTINCT FROM s.config_offset
 LEFT JOIN runs b ON b.run_id = s.baseline_run_id
 ORDER BY s.sweep_name NULLS FIRST, s.model_path, role NULLS LAST, config, s.concurrency NULLS FIRST,
   s.config_offset NULLS FIRST

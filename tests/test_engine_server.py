@@ -277,6 +277,7 @@ def test_parallel_requests_get_their_own_greedy_outputs(server, greedy):
 
 
 def test_bad_requests_get_4xx_json_and_server_keeps_serving(server):
+    ctx = server.json("GET", "/v1/models")["data"][0]["max_model_len"]
     cases = [
         ("POST", "/generate", None, b"{not json"),
         ("POST", "/generate", gen("x", -1), None),
@@ -286,8 +287,8 @@ def test_bad_requests_get_4xx_json_and_server_keeps_serving(server):
         ("POST", "/generate", {"text": "x", "sampling_params": {"temprature": 0}}, None),
         ("POST", "/generate", {"text": "x", "input_ids": [1]}, None),
         ("POST", "/generate", {"input_ids": [300]}, None),
-        ("POST", "/generate", gen("x" * 300, 10), None),
-        ("POST", "/generate", gen("x" * 200, 100), None),
+        ("POST", "/generate", gen("x" * ctx, 10), None),  # prompt fills the context
+        ("POST", "/generate", gen("x" * (ctx - 50), 100), None),  # prompt + new > context
         ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "n": 3}, None),
         ("POST", "/v1/chat/completions", {"messages": "hi"}, None),
         ("POST", "/v1/completions", {"prompt": "x", "frobnicate": True}, None),

@@ -65,7 +65,6 @@ class GenRequest:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_token_ids: set[int] = field(default_factory=set)
-    reserved_tokens: int = 0  # KV tokens set aside at admission
     aborted: bool = False  # set by the HTTP thread when the client goes away
     dreq: Any = None  # decode.Request, built at admission
     emitted: int = 0  # output ids already sent to `out`
@@ -118,10 +117,6 @@ class Scheduler(threading.Thread):
     def stop(self) -> None:
         self._stopping = True
         self.inbox.put(("wake", None))
-
-    def reserve_limit(self) -> int:
-        """Most KV tokens one request may reserve (checked by the server before submitting)."""
-        return self.max_total_num_tokens
 
     def state(self) -> dict[str, Any]:
         m = self.metrics
@@ -243,15 +238,11 @@ class Scheduler(threading.Thread):
             self.tokens_in_use = self.decoder.tokens_in_use()
 
     def _admit(self) -> list[GenRequest]:
-        """FCFS: admit waiting requests while running slots and reserved KV tokens allow."""
-        reserved = sum(r.reserved_tokens for r in self.running)
+        """FCFS up to max_running_requests; the decoder has one full-context KV slot per request,
+        so a request that passed the context-length check always fits a free slot."""
         batch: list[GenRequest] = []
         while self.waiting and len(self.running) + len(batch) < self.max_running_requests:
-            r = self.waiting[0]
-            if reserved + r.reserved_tokens > self.max_total_num_tokens and (self.running or batch):
-                break
-            self.waiting.pop(0)
-            reserved += r.reserved_tokens
+            r = self.waiting.pop(0)
             r.dreq = self.decode_mod.Request(
                 rid=r.rid, input_ids=list(r.input_ids), max_new_tokens=r.max_new_tokens,
                 temperature=r.temperature, top_p=r.top_p, seed=r.seed)

@@ -62,7 +62,6 @@ class Engine:
         self.inflight = 0  # HTTP requests being answered (shutdown lets them finish briefly)
         self.inflight_lock = threading.Lock()
         self.spec = self.args.speculative_algorithm is not None
-        self.draft_headroom = self.args.speculative_num_draft_tokens or 1 if self.spec else 1
 
     def fatal(self, exc: BaseException) -> None:
         self.exit_code = 1
@@ -111,16 +110,12 @@ class Engine:
                     "the completion. Please reduce the number of tokens in the input messages or "
                     "the completion to fit within the limit.")
             sched = self.pick(dp_rank)
-            need = len(ids) + max_new + self.draft_headroom
-            if need > sched.reserve_limit():
-                raise BadRequest(f"the request needs {need} KV tokens but the pool holds "
-                                 f"{sched.reserve_limit()} (--max-total-tokens)")
             this_rid = (rids[i] if rids and i < len(rids) else
                         rid if isinstance(rid, str) and len(prompts) == 1 else uuid.uuid4().hex)
             reqs.append((sched, GenRequest(
                 rid=str(this_rid), index=i, input_ids=list(ids), max_new_tokens=max_new, out=out,
                 temperature=sp.temperature, top_p=sp.top_p, seed=sp.seed, stop=sp.stop,
-                stop_token_ids=sp.stop_token_ids, reserved_tokens=need)))
+                stop_token_ids=sp.stop_token_ids)))
         for sched, r in reqs:
             sched.submit(r)
         return Call(self, [r for _, r in reqs], out, sp)

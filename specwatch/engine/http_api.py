@@ -236,6 +236,8 @@ class Call:
         while pending:
             ev = self.out.get()
             if isinstance(ev, ErrorEvent):
+                if ev.status == 400:
+                    raise BadRequest(ev.message)
                 raise BadRequest(f"request aborted: {ev.message}", HTTPStatus.SERVICE_UNAVAILABLE)
             i = ev.index
             self.ids[i].extend(ev.new_ids)

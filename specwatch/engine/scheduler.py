@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import uuid
 import threading
 import time
 import traceback
@@ -49,6 +50,7 @@ class ErrorEvent:
 
     index: int
     message: str
+    status: int = 503  # 400 when the decoder refused the request itself
 
 
 @dataclass
@@ -243,8 +245,8 @@ class Scheduler(threading.Thread):
         batch: list[GenRequest] = []
         while self.waiting and len(self.running) + len(batch) < self.max_running_requests:
             r = self.waiting.pop(0)
-            r.dreq = self.decode_mod.Request(
-                rid=r.rid, input_ids=list(r.input_ids), max_new_tokens=r.max_new_tokens,
+            r.dreq = self.decode_mod.Request(  # own rid: clients may reuse theirs
+                rid=uuid.uuid4().hex, input_ids=list(r.input_ids), max_new_tokens=r.max_new_tokens,
                 temperature=r.temperature, top_p=r.top_p, seed=r.seed)
             batch.append(r)
         return batch
@@ -254,11 +256,16 @@ class Scheduler(threading.Thread):
         num_running_before = len(self.running)
         num_new_tokens = num_cached_tokens = num_new_seqs = 0
         done: list[GenRequest] = []
-        for r in batch:
+        for k, r in enumerate(batch):
             if not self.decoder.can_admit(r.dreq):  # no KV slot: back to the queue head
-                self.waiting[:0] = [x for x in batch if x not in done]
+                self.waiting[:0] = batch[k:]
                 break
-            stats = self.decoder.prefill([r.dreq])
+            try:
+                stats = self.decoder.prefill([r.dreq])
+            except ValueError as e:  # the decoder refuses this request; others go on
+                self.decoder.release(r.dreq)
+                r.out.put(ErrorEvent(r.index, str(e), 400))
+                continue
             num_new_seqs += stats.num_new_seqs
             num_new_tokens += stats.num_new_tokens
             num_cached_tokens += stats.num_cached_tokens

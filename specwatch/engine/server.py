@@ -493,6 +493,9 @@ def _warmup(engine: Engine, port: int, log: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the built-in engine until SIGTERM/SIGINT; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(args_mod.HELP, end="")
+        return 0
     try:
         parsed = args_mod.parse_args(argv)
     except args_mod.ArgsError as e:

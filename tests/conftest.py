@@ -1,9 +1,15 @@
 """Shared fixtures: a real DuckDB file per test, the real CLI, and the repo's sample logs."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+# The suite runs on CPU: Triton kernels run interpreted. This must be set before any module imports
+# triton, so it lives here rather than in the kernel test modules (tests/test_kernels_aot.py
+# compiles for sm_90 in a subprocess without it).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 

@@ -26,7 +26,7 @@ TARGET = os.environ.get("SPECWATCH_ENGINE_TEST_TARGET", "builtin:target")
 DRAFT = os.environ.get("SPECWATCH_ENGINE_TEST_DRAFT", "builtin:draft-eagle3")
 INTERVAL = 4  # --decode-log-interval of the main server
 STEPS = 3  # chain: topk 1, draft tokens 4
-LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z]+\d+)*)\] (.*)$")
+LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)((?: [A-Z]+\d+)*)\] (.*)$")
 
 
 def free_port() -> int:
@@ -38,11 +38,12 @@ def free_port() -> int:
 class Server:
     """`python -m specwatch.engine` with stderr (SGLang's log) and stdout (access lines) in files."""
 
-    def __init__(self, tmp: Path, args: list[str]) -> None:
+    def __init__(self, tmp: Path, args: list[str], env: dict | None = None) -> None:
         self.port = free_port()
         self.log_path = tmp / "server.log"
         self.access_path = tmp / "access.log"
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, **(env or {}),
+                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.started = time.perf_counter()
         with open(self.log_path, "wb") as err, open(self.access_path, "wb") as out:
             self.proc = subprocess.Popen(
@@ -263,7 +264,8 @@ def test_parallel_requests_get_their_own_greedy_outputs(server, greedy):
 
     def worker(i: int) -> None:
         p, n = prompts[i]
-        results[i] = server.json("POST", "/generate", gen(p, n))
+        # two clients reuse one rid: SGLang-style clients may, the server must not care
+        results[i] = server.json("POST", "/generate", {**gen(p, n), **({"rid": "dup"} if i < 2 else {})})
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
     for t in threads:
@@ -404,7 +406,7 @@ def test_log_has_zero_rejected_lines_for_specwatch_parser(server, tmp_path):
 
 def test_dp2_tp2_lines_are_rank_tagged_and_sigterm_exits_zero(tmp_path):
     s = Server(tmp_path, ["--model-path", TARGET, "--dp-size", "2", "--tp-size", "2",
-                          "--decode-log-interval", "2"])
+                          "--decode-log-interval", "2"], env={"SGLANG_LOG_MS": "1"})
     try:
         threads = [threading.Thread(target=s.json, args=("POST", "/generate", gen(p, 12)))
                    for p in ("alpha", "beta", "gamma", "delta")]
@@ -418,8 +420,8 @@ def test_dp2_tp2_lines_are_rank_tagged_and_sigterm_exits_zero(tmp_path):
         stop_s = time.monotonic() - t0
     assert rc == 0 and stop_s < 10
     log = s.log()
-    for rank in ("DP0 TP0", "DP1 TP0"):
-        assert re.search(rf"^\[[^\]]* {rank}\] Decode batch, ", log, re.M), rank
-        assert re.search(rf"^\[[^\]]* {rank}\] Prefill batch, ", log, re.M), rank
+    for rank in ("DP0 TP0", "DP1 TP0"):  # SGLANG_LOG_MS=1: milliseconds before the tags
+        assert re.search(rf"^\[[\d-]+ [\d:]+\.\d{{3}} {rank}\] Decode batch, ", log, re.M), rank
+        assert re.search(rf"^\[[\d-]+ [\d:]+\.\d{{3}} {rank}\] Prefill batch, ", log, re.M), rank
     assert "accept len" not in log  # no speculation: no accept fields
     assert re.search(r"^\[[^\]]*\d\] server_args=ServerArgs\(", log, re.M)  # main process: no tag

@@ -193,7 +193,8 @@ def stress(tmp_path: Path, duration_s: float, rotations, kills: list[tuple[float
     assert scoped == n
 
     assert reader.errors == [], reader.errors[:3]
-    assert len(reader.counts) >= duration_s  # it really polled throughout
+    # It really polled throughout (each poll is a new process: ~0.6 s here, more when loaded).
+    assert len(reader.counts) >= duration_s / 4
     assert reader.counts == sorted(reader.counts)  # a consistent answer never goes backwards
     return n, reader
 

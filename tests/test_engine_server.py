@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TARGET = os.environ.get("SPECWATCH_ENGINE_TEST_TARGET", "builtin:target")
-DRAFT = os.environ.get("SPECWATCH_ENGINE_TEST_DRAFT", "builtin:draft-eagle3")
+TARGET = "builtin:target"  # the committed weights (specwatch/engine/models)
+DRAFT = "builtin:draft-eagle3"
 INTERVAL = 4  # --decode-log-interval of the main server
 STEPS = 3  # chain: topk 1, draft tokens 4
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)((?: [A-Z]+\d+)*)\] (.*)$")

@@ -100,7 +100,6 @@ class Scheduler(threading.Thread):
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._stopping = False
-        self._max_stop_bytes = 0
 
     # ------------------------------------------------------------------ called from other threads
 

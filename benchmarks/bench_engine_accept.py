@@ -3,7 +3,7 @@
 Prints accept length (AL = tokens per verify step = 1 + mean accepted drafts) for each served
 id list x speculative_num_steps (chain, topk=1), step-1 acceptance (fraction of verify steps
 whose first draft was accepted), token mismatches against plain greedy decoding, and the
-distinct-8-gram fraction of the greedy outputs (a looping target makes every AL meaningless; the
+distinct-8-gram fraction of the greedy outputs, per output and pooled (a looping target makes every AL meaningless; the
 project gates on >= 0.5). Prompts: 64-byte excerpts starting at line starts, spread over the
 training split (engine.md §4). All prompts run as one batch: greedy output does not depend on it.
 
@@ -40,10 +40,12 @@ def generate(dec: SpecDecoder, prompts, new_tokens: int):
     return reqs
 
 
-def distinct_ngrams(outputs, n: int = 8) -> float:
-    """Distinct n-grams / all n-grams, pooled over the outputs."""
+def distinct_ngrams(outputs, n: int = 8) -> tuple[float, float]:
+    """(mean over outputs of distinct/all n-grams within the output, the same pooled over all
+    outputs). The first measures looping; the second also counts phrases shared across prompts."""
+    per = [len({tuple(o[i:i + n]) for i in range(len(o) - n + 1)}) / max(len(o) - n + 1, 1) for o in outputs]
     grams = [tuple(o[i:i + n]) for o in outputs for i in range(len(o) - n + 1)]
-    return len(set(grams)) / max(len(grams), 1)
+    return sum(per) / len(per), len(set(grams)) / max(len(grams), 1)
 
 
 def main() -> None:
@@ -60,7 +62,8 @@ def main() -> None:
     prompts = line_start_prompts(train, args.prompts, 64)
     t0 = time.time()
     ref = [r.output_ids for r in generate(SpecDecoder(target), prompts, args.new_tokens)]
-    print(f"greedy outputs: distinct 8-grams {distinct_ngrams(ref):.3f} (gate >= 0.5); "
+    per, pooled = distinct_ngrams(ref)
+    print(f"greedy outputs: distinct 8-grams {per:.3f} per output (gate >= 0.5), {pooled:.3f} pooled; "
           f"{len(prompts)} prompts x {args.new_tokens} tokens")
     print(f"example: {bytes(prompts[0]).decode(errors='replace')!r} -> "
           f"{bytes(ref[0][:100]).decode(errors='replace')!r}\n")

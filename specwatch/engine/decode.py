@@ -291,6 +291,9 @@ class SpecDecoder:
     @torch.inference_mode()
     def decode_step(self, reqs: list[Request]) -> StepStats:
         """One iteration over `reqs` (running, unfinished): draft + verify, or one plain step."""
+        unknown = [r.rid for r in reqs if r.rid not in self._seqs and not r.finished]
+        if unknown:
+            raise KeyError(f"decode_step: requests {unknown} were never prefilled or were released")
         reqs = sorted((r for r in reqs if not r.finished), key=lambda r: self._seqs[r.rid].slot)
         if not reqs:
             return StepStats(0, 0, 0, 0)

@@ -23,12 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specwatch.engine import models_dir
+
 ROPE_TABLE_MIN = 4096  # positions precomputed for RoPE; grows on demand
-
-
-def models_dir() -> Path:
-    """Folder of the committed built-in models (`target`, `draft-eagle3`, `draft-eagle3-shifted`)."""
-    return Path(__file__).resolve().parent / "models"
 
 
 # ----------------------------------------------------------------------------- configs

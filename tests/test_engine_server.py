@@ -303,6 +303,17 @@ def test_bad_requests_get_4xx_json_and_server_keeps_serving(server):
         assert message
     assert server.request("GET", "/no/such/path")[0] == 404
     assert server.request("GET", "/generate")[0] == 405
+    # keep-alive: an error answered before the body is used must not desync the connection
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        for method, path, body, want in (("POST", "/no/such/path", b'{"a": 1}', 404),
+                                         ("POST", "/generate", b"{bad", 400),
+                                         ("GET", "/v1/models", None, 200)):
+            conn.request(method, path, body)
+            resp = conn.getresponse()
+            assert (resp.status, json.loads(resp.read()) is not None) == (want, True)
+    finally:
+        conn.close()
     ok = server.json("POST", "/generate", gen("still alive", 3))
     assert ok["meta_info"]["completion_tokens"] == 3
 

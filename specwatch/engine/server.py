@@ -183,9 +183,16 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
         pass  # errors are answered as JSON; access lines come from log_request
 
+    def _read_body(self) -> None:
+        """Read the whole body first, so that an early error leaves the connection in sync."""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        self._raw = self.rfile.read(length) if length > 0 else b""
+
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._raw
         if not raw:
             return {}
         try:
@@ -233,6 +240,7 @@ class Handler(BaseHTTPRequestHandler):
         with self.engine.inflight_lock:
             self.engine.inflight += 1
         try:
+            self._read_body()
             self._dispatch(method)
         finally:
             with self.engine.inflight_lock:

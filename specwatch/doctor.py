@@ -9,8 +9,8 @@ are NULL says nothing: a missing number is never replaced by a default.
 Codes (severity):
   accept_len_near_1 (error)        accept length < LOW_ACCEPT_LEN: the draft is not predicting.
   accept_len_below_sibling (error) same draft, same spec shape, other aux ids did much better.
-  aux_ids_mismatch (error)         built-in engine only: the draft's weights agree with the target
-                                   far better under other aux ids (measured by `align.probe_draft_ids`).
+  aux_ids_mismatch (error|warning) built-in engine only: the draft's weights agree with the target
+                                   better under other aux ids (measured by `align.probe_draft_ids`).
   slower_than_baseline (error)     speedup < 1 at equal concurrency / batch size.
   accept_rate_not_comparable (info) the printed accept rate uses an older SGLang definition.
   dp_ranks_disagree, cuda_graph_off, queue_growing, kv_pressure_retractions,
@@ -33,13 +33,17 @@ from pathlib import Path
 from specwatch import query
 from specwatch.views import LOW_ACCEPT_LEN  # accept length below which the draft barely predicts
 
-# A run whose accept length is at most this fraction of a sibling's (same draft weights, steps, topk,
-# draft tokens and concurrency; other aux ids) is misconfigured rather than unlucky. Prompt-mix noise
-# moves the built-in engine's accept length by < 10 %; a slot shift costs 44 % at S=3 (engine.md §4).
-SIBLING_ACCEPT_RATIO = 0.75
-# Built-in probe: other ids must raise teacher-forced step-1 agreement by this much. Every id +1 costs
-# 0.05-0.08 on the built-in draft (a subtle, not actionable, drop); a slot shift costs ~0.4.
+# A run whose accept length is at most this fraction of a sibling's (same sweep, so same prompts and
+# seed; same draft weights, steps, topk, draft tokens and concurrency; other aux ids) is misconfigured
+# rather than unlucky. Built-in engine, S=3: a slot shift costs 18 % (measured on the chat prompts:
+# 2.22 vs 2.72) to 44 % (engine.md §4); every id +1 costs 6-13 %, which stays below this bar.
+SIBLING_ACCEPT_RATIO = 0.85
+# Built-in probe: other ids raising teacher-forced step-1 agreement by PROBE_MIN_GAIN is an error, by
+# PROBE_WARN_GAIN a warning. Measured on the built-in draft (trained on [1,3,5], 762 probe tokens):
+# served [-1,1,3] (slot shift) 0.50 vs 0.82; [0,2,4] (every id -1) 0.72; [2,4,6] (every id +1) 0.75;
+# the runner-up to the right ids scores 0.006 below them, so 0.04 is well clear of noise.
 PROBE_MIN_GAIN = 0.10
+PROBE_WARN_GAIN = 0.04
 # Speedup below 1 means speculation loses; no margin, because the number is already a window-weighted
 # mean over the whole run, and the user asked "is it slower", not "is it much slower".
 SLOWER_SPEEDUP = 1.0
@@ -318,7 +322,7 @@ def check_accept(ctx: _Ctx, row: dict, ws: list[dict], probe) -> list[Finding]:
         rows += (Ref("requests", run_id=row["run_id"], note=f"{n_req} requests' spec_accept_histogram"),)
     sib = _sibling(ctx, row)
     hints = _id_hints(row)
-    if probe is not None and probe.best_agreement - probe.served_agreement >= PROBE_MIN_GAIN:
+    if probe is not None and probe.best_agreement - probe.served_agreement >= PROBE_WARN_GAIN:
         hints.insert(0, f"the draft's weights expect ids {probe.best_ids} (see aux_ids_mismatch)")
     generic = ("then check the draft vocab mapping (d2t / --speculative-token-map) and that the "
                "draft was trained for this exact target (same tokenizer and weights)")
@@ -346,8 +350,9 @@ def check_accept(ctx: _Ctx, row: dict, ws: list[dict], probe) -> list[Finding]:
 
 
 def check_probe(ctx: _Ctx, row: dict, probe) -> list[Finding]:
-    if probe is None or probe.best_agreement - probe.served_agreement < PROBE_MIN_GAIN:
+    if probe is None or probe.best_agreement - probe.served_agreement < PROBE_WARN_GAIN:
         return []
+    severity = "error" if probe.best_agreement - probe.served_agreement >= PROBE_MIN_GAIN else "warning"
     chk = probe.capture_check
     nums = {"served_ids": probe.served_ids, "served_step1_agreement": round(probe.served_agreement, 4),
             "best_ids": probe.best_ids, "best_step1_agreement": round(probe.best_agreement, 4),
@@ -356,7 +361,7 @@ def check_probe(ctx: _Ctx, row: dict, probe) -> list[Finding]:
             "capture_cosine": [round(s.cosine, 4) for s in chk.segments],
             "accept_len": row.get("accept_len")}
     return [Finding(
-        row["run_id"], row["run_name"], "aux_ids_mismatch", "error",
+        row["run_id"], row["run_name"], "aux_ids_mismatch", severity,
         f"the draft expects aux ids {probe.best_ids}, served {probe.served_ids}: "
         f"{describe_shift(probe.served_ids, probe.best_ids)}",
         Evidence(nums, _config_ref(ctx, row)),
@@ -389,7 +394,8 @@ def _comparable_baseline(ctx: _Ctx, row: dict, base: dict) -> tuple[bool, dict]:
     return gap_h <= BASELINE_MAX_GAP_H, info
 
 
-def check_speed(ctx: _Ctx, row: dict) -> list[Finding]:
+def check_speed(ctx: _Ctx, row: dict, blocker: str | None = None) -> list[Finding]:
+    """`blocker`: the code of an accept-length finding on the same run, to be fixed first."""
     base = next((r for r in ctx.summary if r["run_id"] == row.get("baseline_run_id")), None)
     if base is None:
         return []
@@ -419,8 +425,8 @@ def check_speed(ctx: _Ctx, row: dict) -> list[Finding]:
     if others:
         nums["speedup_client_by_concurrency"] = {str(c): s for c, s in others}
     paying = [c for c, s in others if s >= SLOWER_SPEEDUP]
-    if row.get("accept_len") is not None and row["accept_len"] < LOW_ACCEPT_LEN:
-        sugg = "fix the accept length first (see accept_len_near_1): with a working draft this config may pay"
+    if blocker is not None:
+        sugg = f"fix the accept length first (see {blocker}): with a working draft this config may pay"
     else:
         sugg = (f"overhead dominates{at}: each step drafts {row.get('speculative_num_steps')} tokens "
                 f"(topk {row.get('speculative_eagle_topk')}, {row.get('speculative_num_draft_tokens')} "
@@ -609,9 +615,10 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
         checked.append(row)
         ws = ctx.windows.get((row["run_id"], row["config_offset"]), [])
         probe = _probe(row, cache)
-        findings += check_accept(ctx, row, ws, probe)
-        findings += check_probe(ctx, row, probe)
-        findings += check_speed(ctx, row)
+        acc = check_accept(ctx, row, ws, probe) + check_probe(ctx, row, probe)
+        findings += acc
+        blocker = next((f.code for f in acc if f.severity == "error"), None)
+        findings += check_speed(ctx, row, blocker)
         findings += check_accept_rate(ctx, row)
         findings += check_dp(ctx, row, ws)
         findings += check_graph(ctx, row, ws)

@@ -33,6 +33,7 @@ name = "overhead"
 model = "builtin:target"
 draft_model = "builtin:draft-eagle3"
 server_flags = ["--decode-log-interval", "8"]
+env = {{OMP_NUM_THREADS = "1"}}
 concurrency = [1, 2]
 repeats = {repeats}
 

@@ -32,7 +32,7 @@ def _builtin(tmp_path: Path, *flags: str) -> launch.Server:
         speculative_num_draft_tokens=None, tp_size=1, aux_layer_ids=None,
         server_flags=tuple(flags), extra_flags=(), where="test")
     argv = launch.command("builtin", cfg, port)
-    env = launch.environment(dict(os.environ), engine="builtin")
+    env = launch.environment(dict(os.environ), (("OMP_NUM_THREADS", "1"),), engine="builtin")
     return launch.Server(argv, env, port, tmp_path / "server.log")
 
 

@@ -113,6 +113,7 @@ class _Ctx:
     retracts: dict = field(default_factory=dict)    # run_id -> [event dicts]
     hist: dict = field(default_factory=dict)        # run_id -> (summed histogram, request refs)
     paths: dict = field(default_factory=dict)       # source_id -> path
+    launched: dict = field(default_factory=dict)    # run_id -> runs row (what a sweep launched)
 
 
 class DoctorError(RuntimeError):
@@ -165,6 +166,8 @@ def _load(db, run: str | None) -> _Ctx:
             h[0][i] += n or 0
         h[1].append(q["request_idx"])
     ctx.paths = {s["source_id"]: s["path"] for s in _rows(db, "SELECT source_id, path FROM sources")}
+    ctx.launched = {r["run_id"]: r for r in _rows(
+        db, f"SELECT run_id, model_path, draft_model_path FROM runs WHERE run_id IN ({marks})", ids)}
     return ctx
 
 
@@ -582,11 +585,13 @@ def check_first_window(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
 # ----------------------------------------------------------------------------- driver
 
 
-def _probe(row: dict, cache: dict):
+def _probe(ctx: _Ctx, row: dict, cache: dict):
     """The built-in engine's id probe for this run, or None when it does not apply."""
     if row.get("engine") != "builtin":
         return None
-    t, d = _local_dir(row.get("model_path")), _local_dir(row.get("draft_model_path"))
+    launched = ctx.launched.get(row["run_id"], {})
+    t = _local_dir(row.get("model_path")) or _local_dir(launched.get("model_path"))
+    d = _local_dir(row.get("draft_model_path")) or _local_dir(launched.get("draft_model_path"))
     if t is None or d is None or not (d / "model.safetensors").is_file():
         return None
     ids = _ids(row)
@@ -614,7 +619,7 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
             continue
         checked.append(row)
         ws = ctx.windows.get((row["run_id"], row["config_offset"]), [])
-        probe = _probe(row, cache)
+        probe = _probe(ctx, row, cache)
         acc = check_accept(ctx, row, ws, probe) + check_probe(ctx, row, probe)
         findings += acc
         blocker = next((f.code for f in acc if f.severity == "error"), None)

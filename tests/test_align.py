@@ -130,3 +130,17 @@ def test_builtin_target_dump_matches_its_ids(tmp_path):
     assert res.configured_ids == [-1, 1, 3] and res.captured_layers == [-1, 1, 3]
     assert res.matches_config and all(s.cosine > 0.999 for s in res.segments)
     assert res.layer_rms[0] < res.layer_rms[1] < res.layer_rms[-1]
+
+
+def test_probe_finds_the_ids_the_builtin_draft_was_trained_on():
+    """engine/models/README.md: draft-eagle3 was trained on [1, 3, 5]; served with the slot shift
+    [-1, 1, 3] its step-1 agreement collapses, and the probe names [1, 3, 5]."""
+    d = models_dir() / "draft-eagle3"
+    if not (d / "model.safetensors").is_file():
+        pytest.skip("built-in draft weights not present")
+    shifted = align.probe_draft_ids(models_dir() / "target", d, [-1, 1, 3])
+    assert shifted.best_ids == [1, 3, 5]
+    assert shifted.best_agreement - shifted.served_agreement > 0.2
+    assert shifted.capture_check.captured_layers == [-1, 1, 3]   # the engine captured what it was told
+    right = align.probe_draft_ids(models_dir() / "target", d, [1, 3, 5])
+    assert right.best_ids == [1, 3, 5] and right.served_agreement == right.best_agreement

@@ -233,6 +233,23 @@ def test_sweep_sibling_offset_and_client_slowdown(db, tmp_path):
     assert c1["accept_len_below_sibling"].evidence.numbers["sibling_run"] == "good-c1"
 
 
+def test_builtin_run_probe_names_the_ids(db, tmp_path):
+    """A built-in engine run served with [-1, 1, 3] (stored run row + its log): doctor's probe loads
+    the stored target and draft and names [1, 3, 5], the ids the draft was trained on."""
+    from specwatch.engine import models_dir
+    if not (models_dir() / "draft-eagle3" / "model.safetensors").is_file():
+        pytest.skip("built-in draft weights not present")
+    _run_log(tmp_path / "b.log", dt.datetime(2026, 11, 4, 9, 0, 0), 2.2, 40.0)
+    _ingest(db, tmp_path / "b.log", "b", engine="builtin", model_path="builtin:target",
+            draft_model_path="builtin:draft-eagle3", aux_layer_ids="[-1, 1, 3]")
+    got = _codes(doctor.diagnose(db)[0], "b")
+    mis = got["aux_ids_mismatch"]
+    assert mis.severity == "error" and mis.evidence.numbers["best_ids"] == [1, 3, 5]
+    assert mis.evidence.numbers["served_ids"] == [-1, 1, 3]
+    assert "[1, 3, 5]" in mis.suggestion
+    assert "accept_len_near_1" not in got          # 2.2 is not near 1: only the probe sees it
+
+
 def test_describe_shift_names_slot_and_convention():
     assert "slot shift" in doctor.describe_shift([-1, 1, 3], [1, 3, 5])
     assert "+1 convention" in doctor.describe_shift([2, 4, 6], [1, 3, 5]) or \

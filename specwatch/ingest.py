@@ -55,8 +55,16 @@ def _fingerprint(head: bytes) -> str:
     return hashlib.sha1(head).hexdigest()
 
 
-def _matching_sources(con, path: str, st: os.stat_result, head: bytes) -> list[schema.Source]:
-    """Stored sources whose fingerprinted first bytes this file starts with (any checkpoint)."""
+def _tail_fingerprint(fd: int, offset: int) -> str:
+    """Hash of the (up to) FP_LEN bytes just before `offset`."""
+    n = min(FP_LEN, offset)
+    return _fingerprint(os.pread(fd, n, offset - n))
+
+
+def _matching_sources(con, path: str, st: os.stat_result, head: bytes,
+                      fd: int | None = None) -> list[schema.Source]:
+    """Stored sources whose fingerprinted first bytes this file starts with (any checkpoint) and,
+    given the open file `fd`, whose last consumed bytes it also holds at the same offset."""
     fp_len = min(len(head), FP_LEN)
     fp = _fingerprint(head[:fp_len])
     # A source committed while its file was under FP_LEN bytes has a shorter fingerprint that no
@@ -69,18 +77,24 @@ def _matching_sources(con, path: str, st: os.stat_result, head: bytes) -> list[s
     out = []
     for row in rows:
         src = schema.Source(**dict(zip(cols, row)))
-        if src.fingerprint_len <= len(head) and \
-                _fingerprint(head[:src.fingerprint_len]) == src.fingerprint:
-            out.append(src)
+        if src.fingerprint_len > len(head) or \
+                _fingerprint(head[:src.fingerprint_len]) != src.fingerprint:
+            continue
+        if fd is not None and src.tail_fingerprint is not None and \
+                0 < src.offset_bytes <= st.st_size and \
+                _tail_fingerprint(fd, src.offset_bytes) != src.tail_fingerprint:
+            continue  # starts alike but is another file (two servers started alike)
+        out.append(src)
     return out
 
 
-def stored_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Source | None:
+def stored_source(con, path: str, st: os.stat_result, head: bytes,
+                  fd: int | None = None) -> schema.Source | None:
     """The stored source this open file continues, or None. A source matches when the file starts
     with the bytes it fingerprinted and is at least as long as its checkpoint; the same
     device+inode wins over a copy (copy-truncate), then the furthest checkpoint."""
     best = None
-    for src in _matching_sources(con, path, st, head):
+    for src in _matching_sources(con, path, st, head, fd):
         if src.offset_bytes > st.st_size:
             continue
         rank = ((src.device, src.inode) == (st.st_dev, st.st_ino), src.offset_bytes)
@@ -96,9 +110,10 @@ def stored_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Sou
     return src
 
 
-def find_source(con, path: str, st: os.stat_result, head: bytes) -> schema.Source:
+def find_source(con, path: str, st: os.stat_result, head: bytes,
+                fd: int | None = None) -> schema.Source:
     """The stored source this open file continues, or a new one (offset 0)."""
-    src = stored_source(con, path, st, head)
+    src = stored_source(con, path, st, head, fd)
     if src is not None:
         return src
     fp_len = min(len(head), FP_LEN)
@@ -365,16 +380,17 @@ class FileIngestor:
         head = self._fh.read(FP_LEN)
         if b"\n" not in head and len(head) < FP_LEN:
             return None  # nothing complete yet: do not register a source for it
+        fd = self._fh.fileno()
         with store.writer(self.db) as con:
             if self.known_only:
-                src = stored_source(con, self.path, st, head)
+                src = stored_source(con, self.path, st, head, fd)
                 if src is None and self.adopt_modified_after is not None \
                         and st.st_mtime > self.adopt_modified_after \
-                        and not _matching_sources(con, self.path, st, head):
+                        and not _matching_sources(con, self.path, st, head, fd):
                     # (a match whose checkpoint is past this file's size is a copy in progress)
-                    src = find_source(con, self.path, st, head)
+                    src = find_source(con, self.path, st, head, fd)
                 return src
-            return find_source(con, self.path, st, head)
+            return find_source(con, self.path, st, head, fd)
 
     def _same_head(self, src: schema.Source) -> bool:
         """Does the open file still start with the bytes `src` fingerprinted?"""
@@ -433,6 +449,7 @@ class FileIngestor:
                 self._fh.seek(0)
                 head = self._fh.read(min(FP_LEN, new_offset))
                 src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
+            src.tail_fingerprint = _tail_fingerprint(self._fh.fileno(), new_offset)
             attach = self.run_id if src.source_id not in self._attached else None
             with store.writer(self.db) as con:
                 try:

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _t(sql: str):
@@ -25,7 +25,9 @@ def _t(sql: str):
 @dataclass
 class Source:
     """One log file identity and its ingest checkpoint. A file is the same source while its first
-    `fingerprint_len` bytes hash to `fingerprint`; rotation, truncation or replacement makes a new one.
+    `fingerprint_len` bytes hash to `fingerprint` and the (up to) 1 KB just before `offset_bytes`
+    hash to `tail_fingerprint`; rotation, truncation or replacement makes a new one. The second hash
+    keeps two logs that start alike (same config, same second) apart.
     `offset_bytes` (always at a line boundary) and `lines_done` advance in the same transaction as
     the rows read before them."""
 
@@ -39,6 +41,7 @@ class Source:
     lines_done: int = _t("BIGINT")
     first_seen: dt.datetime = _t("TIMESTAMP")
     updated_at: dt.datetime = _t("TIMESTAMP")
+    tail_fingerprint: str = _t("VARCHAR")
 
 
 @dataclass

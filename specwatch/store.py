@@ -117,6 +117,12 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("BEGIN")
     for table in schema.TABLES:
         con.execute(schema.ddl(table))
+        # an older database: add the columns this version declares (new columns start NULL)
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [table]).fetchall()}
+        for name, sql in schema.columns(schema.TABLES[table]):
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql.replace(' PRIMARY KEY', '')}")
     for sql in VIEWS:
         con.execute(sql)
     con.execute("CREATE TABLE IF NOT EXISTS specwatch_meta (schema_version INTEGER)")
@@ -183,18 +189,21 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
         if row is None:
             if expect_offset != 0:
                 raise CheckpointMoved(f"source {source.source_id} vanished")
-            con.execute("INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            con.execute("INSERT INTO sources (source_id, path, device, inode, fingerprint, "
+                        "fingerprint_len, offset_bytes, lines_done, first_seen, updated_at, "
+                        "tail_fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [source.source_id, source.path, source.device, source.inode,
                          source.fingerprint, source.fingerprint_len, new_offset, new_lines_done,
-                         now, now])
+                         now, now, source.tail_fingerprint])
         elif row[0] != expect_offset:
             raise CheckpointMoved(f"{source.path}: checkpoint is at {row[0]}, expected {expect_offset}")
         else:
             con.execute("UPDATE sources SET offset_bytes = ?, lines_done = ?, updated_at = ?, path = ?,"
-                        " fingerprint = ?, fingerprint_len = ?, device = ?, inode = ? "
-                        "WHERE source_id = ?",
+                        " fingerprint = ?, fingerprint_len = ?, device = ?, inode = ?, "
+                        "tail_fingerprint = ? WHERE source_id = ?",
                         [new_offset, new_lines_done, now, source.path, source.fingerprint,
-                         source.fingerprint_len, source.device, source.inode, source.source_id])
+                         source.fingerprint_len, source.device, source.inode,
+                         source.tail_fingerprint, source.source_id])
         n = 0
         for table, cols in batches.items():
             n += insert(con, table, cols)

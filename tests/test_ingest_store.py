@@ -147,3 +147,28 @@ def test_report_json_and_store_readable_by_plain_duckdb(samples_db):
         assert con.execute("SELECT count(*) FROM config_summary").fetchone()[0] == len(rows)
     finally:
         con.close()
+
+
+def test_two_logs_that_start_alike_stay_apart(tmp_path, db):
+    # Two servers started in the same second with the same config write the same first KB.
+    head = ARGS.format(alg="'EAGLE3'") * 6
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(head + "".join(LINE.format(s=i, r=1, al=2.0, t=5.0) for i in range(10)))
+    b.write_text(head + "".join(LINE.format(s=i, r=2, al=3.0, t=7.0) for i in range(12)))
+    ingest.ingest_paths(db, [str(a)], run="a")
+    ingest.ingest_paths(db, [str(b)], run="b")
+    assert count(db, "sources") == 2 and count(db, "decode_windows") == 22
+    rows = {r["run_name"]: r for r in query.report(db).dicts()}
+    assert rows["a"]["accept_len"] == pytest.approx(2.0) and rows["b"]["accept_len"] == pytest.approx(3.0)
+
+
+def test_old_database_gains_new_columns(tmp_path, db):
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE sources (source_id VARCHAR PRIMARY KEY, path VARCHAR)")
+    con.execute("CREATE TABLE specwatch_meta (schema_version INTEGER)")
+    con.execute("INSERT INTO specwatch_meta VALUES (1)")
+    con.close()
+    log = tmp_path / "s.log"
+    log.write_text(LINE.format(s=1, r=1, al=2.0, t=5.0))
+    ingest.ingest_paths(db, [str(log)])
+    assert count(db, "decode_windows") == 1

@@ -2,6 +2,7 @@
 fail to start, never get ready or ignore SIGTERM, and children that leave the process group."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -140,3 +141,29 @@ def test_port_checks(tmp_path):
     finally:
         s.close()
     assert launch.port_free(busy)
+
+
+def test_prompt_sources_and_sampled_lengths(tmp_path):
+    sg = tmp_path / "sg.json"
+    sg.write_text(json.dumps([
+        {"id": "a", "conversations": [{"from": "system", "value": "be brief"},
+                                      {"from": "human", "value": "first question"},
+                                      {"from": "gpt", "value": "answer"}]},
+        {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn"}]},
+        {"id": "c", "conversations": [{"from": "human", "value": "second question"}]}]))
+    wl = Workload(prompts=str(sg), format="sharegpt", num_prompts=5, warmup_requests=2,
+                  output_tokens=Length(4, 9), input_chars=Length(5, 30), temperature=0.0, seed=1)
+    assert load.read_prompts(wl) == ["first question", "second question"]
+    warm, specs = load.build_requests(wl, load.read_prompts(wl))
+    assert len(warm) == 2 and len(specs) == 5
+    for r in warm + specs:
+        assert 5 <= len(r.prompt) <= 30 and 4 <= r.max_new_tokens <= 9
+        assert r.prompt[:5] in ("first", "secon")
+    mixed = load.read_prompts(Workload("builtin:mixed", "jsonl", 1, 0, Length(1, 1), None, 0.0, 0))
+    parts = [load.read_prompts(Workload(f"builtin:{n}", "jsonl", 1, 0, Length(1, 1), None, 0.0,
+                                        0)) for n in ("chat", "code", "math", "summarisation")]
+    assert mixed == [p for part in parts for p in part] and all(len(p) >= 8 for p in parts)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"prompt": \n')
+    with pytest.raises(load.LoadError, match=r"bad.jsonl:2: not JSON"):
+        load.read_prompts(Workload(str(bad), "jsonl", 1, 0, Length(1, 1), None, 0.0, 0))

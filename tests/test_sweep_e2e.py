@@ -214,6 +214,57 @@ def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+class RecordEnv(sweep.Progress):
+    """Reads each server's CUDA_VISIBLE_DEVICES from /proc while it runs."""
+
+    def __init__(self):
+        super().__init__(stream=io.StringIO(), tty=False)
+        self.devices = {}
+        self.pids = {}
+
+    def note(self, name, text):
+        m = re.search(r"launched pid (\d+)", text)
+        if m:
+            self.pids[name] = m.group(1)
+        if text.startswith("ready"):   # exec'd by now (right after fork it is still our env)
+            self.max_alive = max(getattr(self, "max_alive", 0), sum(
+                os.path.exists(f"/proc/{p}/environ") for p in self.pids.values()))
+            env = open(f"/proc/{self.pids[name]}/environ", "rb").read().split(b"\0")
+            self.devices[name] = next((e.split(b"=", 1)[1].decode() for e in env
+                                       if e.startswith(b"CUDA_VISIBLE_DEVICES=")), None)
+        super().note(name, text)
+
+
+def test_configs_run_in_parallel_on_disjoint_gpu_sets(tmp_path):
+    """--gpus 0,1: two tp=1 configs at once, each with its own device and port; a tp=4 config
+    cannot be placed and becomes a failed row. (The built-in engine runs on CPU whatever
+    CUDA_VISIBLE_DEVICES says, so placement is real here even without GPUs.)"""
+    db = tmp_path / "s.duckdb"
+    s = make(tmp_path, "par", """
+[[config]]
+name = "s2"
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+
+[[config]]
+name = "s2-tp4"
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+tp_size = 4
+""")
+    prog = RecordEnv()
+    res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), gpus=(0, 1), progress=prog)
+    by = {o.config: o for o in res.outcomes}
+    assert by["baseline"].status == by["s2"].status == "ok"
+    assert sorted([by["baseline"].gpus, by["s2"].gpus]) == [[0], [1]]
+    assert sorted(prog.devices.values()) == ["0", "1"]
+    assert by["baseline"].port != by["s2"].port
+    assert "tp_size=4 needs 4 GPUs but --gpus lists 2" in by["s2-tp4"].failure_reason
+    assert by["baseline-tp4"].status == "failed"
+    assert prog.max_alive == 2                           # both servers were up at once
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.slow
 def test_example_sweep_numbers_match_the_server(tmp_path):
     """The README main job: baseline + chain S=2/S=3 + tree + shifted aux ids, 2 concurrency

@@ -54,6 +54,7 @@ Not here: running anything (see `sweep`), building command lines (see `launch`).
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -308,15 +309,17 @@ def _check_keys(table: dict, known: dict[str, str], lines: _Lines, section: str,
                 what: str) -> None:
     for key, value in table.items():
         if key not in known:
-            close = [k for k in known if k.split("_")[-1] == key.split("_")[-1] or k in key
-                     or key in k]
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise SweepFileError(f"{lines.at(section, key, index)}: {key}: unknown key in {what}"
-                                 f"{hint} (known: {', '.join(sorted(known))})")
+            raise SweepFileError(f"{lines.at(section, key, index)}: {_unknown(key, known, what)}")
         kind = known[key]
         if not _is(value, kind):
             raise SweepFileError(f"{lines.at(section, key, index)}: {key}: expected {kind}, got "
                                  f"{json.dumps(value, default=str)}")
+
+
+def _unknown(key: str, known, what: str) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{key}: unknown key in {what}{hint} (known: {', '.join(sorted(known))})"
 
 
 def _positive(value: int, lines: _Lines, section: str, key: str, low: int = 1) -> None:
@@ -415,8 +418,7 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
             for key, value in t.items():
                 if key not in keys:
                     raise SweepFileError(
-                        f"{lines.at(section, key, i)}: {key}: unknown key in [[{section}]] "
-                        f"(known: {', '.join(sorted(keys))})")
+                        f"{lines.at(section, key, i)}: {_unknown(key, keys, f'[[{section}]]')}")
             if section == "config":
                 _check_keys(t, keys, lines, section, i, "[[config]]")
                 candidates.append((dict(t), lines.at(section, None, i), "name" in t))

@@ -15,6 +15,8 @@ Metric formulas live in `views.py` and nowhere else; the CLI, report and dashboa
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import datetime as dt
 import json
 import random
@@ -79,13 +81,27 @@ def connect(path: str | Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> d
 
 @contextlib.contextmanager
 def writer(path: str | Path, wait_s: float = LOCK_WAIT_S) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived read-write connection with the schema in place. Keep the block short."""
-    con = connect(path, read_only=False, wait_s=wait_s)
-    try:
-        ensure_schema(con)
-        yield con
-    finally:
-        con.close()
+    """A short-lived read-write connection with the schema in place. Keep the block short.
+
+    Writers in one process take turns (DuckDB 2.0 fails two read-write connections of one process
+    to one file with catalog write-write conflicts); other processes are kept out by the file lock."""
+    with _process_lock(path):
+        con = connect(path, read_only=False, wait_s=wait_s)
+        try:
+            ensure_schema(con)
+            yield con
+        finally:
+            con.close()
+
+
+_locks: dict[str, threading.RLock] = {}
+_locks_guard = threading.Lock()
+
+
+def _process_lock(path: str | Path) -> threading.RLock:
+    key = os.path.realpath(path)
+    with _locks_guard:
+        return _locks.setdefault(key, threading.RLock())
 
 
 @contextlib.contextmanager

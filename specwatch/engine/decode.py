@@ -10,13 +10,20 @@ mask, greedy or sampling acceptance, accepted KV rows compacted, and a draft ext
 accepted tokens with the verify pass's aux states. Top-k, candidate selection, tree building and
 greedy verification go through `kernels.ops` (torch reference on CPU, Triton on CUDA).
 
+Devices: `device="cpu"` or `"cuda"`. On CUDA the weights, KV caches, masks and index tensors live
+on the GPU; the host reads back only what the algorithm needs: the first token of a prefill, the
+argmax of a plain step, the pruned draft tree (the tree is built on the host, as `build_tree`
+defines) and the verify result, each in one copy. Small host->device inputs go through pinned
+memory without a sync. Sampling (temperature > 0) draws on the host from the request's CPU
+generator, so the draws do not depend on the device's RNG.
+
 Not a server: no HTTP, stop strings, scheduling policy or logging (see server.py / scheduler.py).
 """
 
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -85,7 +92,7 @@ def _mask(seq_lens: torch.Tensor, kv_len: int, local: torch.Tensor) -> torch.Ten
     """Attention mask [B, 1, T, kv_len]: the whole prefix [0, seq_len) plus `local` [B|1, T, M]
     over the M new cache positions seq_len .. seq_len+M-1 (stale entries beyond stay masked)."""
     M = local.shape[-1]
-    rel = torch.arange(kv_len)[None, :] - seq_lens[:, None]  # [B, kv_len]
+    rel = torch.arange(kv_len, device=seq_lens.device)[None, :] - seq_lens[:, None]  # [B, kv_len]
     local = local.expand(seq_lens.shape[0], -1, -1)
     picked = local.gather(2, rel.clamp(0, M - 1)[:, None, :].expand(-1, local.shape[1], -1))
     return ((rel < 0)[:, None, :] | (picked & (rel < M)[:, None, :]))[:, None]
@@ -123,6 +130,22 @@ def sample_tree(probs: torch.Tensor, next_token: list[int], next_sibling: list[i
             return path, out
 
 
+def _resolve_device(device) -> torch.device:
+    """"cpu" | "cuda" | "cuda:N" -> torch.device; raises ValueError naming what to do otherwise."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device={device!r}: not a torch device ({e}); use 'cpu' or 'cuda'") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device={device!r}: the built-in engine runs on 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: torch {torch.__version__} sees no CUDA GPU; "
+                         f"use device='cpu' (--device cpu) or a CUDA build of torch on a GPU machine")
+    return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+
+
 class SpecDecoder:
     """EAGLE-3 speculative decoder (or a plain decoder when `draft_path` is None).
 
@@ -130,19 +153,19 @@ class SpecDecoder:
     S=3, K=1, N=S+1 (a chain). aux_layer_ids overrides the draft config's
     eagle_aux_hidden_state_layer_ids (what a server would be misconfigured with).
     max_total_tokens sets the KV capacity (slots = max_total_tokens // max_position_embeddings).
+    device: "cpu" or "cuda" ("cuda:N"); kernels.ops then runs the torch references or Triton.
     """
 
     def __init__(self, target_path, draft_path=None, *, num_steps=None, topk=None, num_draft_tokens=None,
                  device="cpu", max_total_tokens=None, seed=0, aux_layer_ids=None):
-        if str(device) != "cpu":
-            raise ValueError(f"device={device!r}: the built-in engine runs on CPU only")
-        self.target = load_target(resolve_model_path(target_path))
+        self.device = _resolve_device(device)
+        self.target = load_target(resolve_model_path(target_path)).to(self.device)
         tcfg = self.target.cfg
         self.context_len = tcfg.max_position_embeddings
         self.draft = None
         self.num_steps = self.topk = self.num_draft_tokens = None
         if draft_path is not None:
-            self.draft = load_draft(resolve_model_path(draft_path), self.target)
+            self.draft = load_draft(resolve_model_path(draft_path), self.target).to(self.device)
             self.num_steps = 3 if num_steps is None else int(num_steps)
             self.topk = 1 if topk is None else int(topk)
             max_n = self.topk + (self.num_steps - 1) * self.topk ** 2 + 1
@@ -169,11 +192,11 @@ class SpecDecoder:
         # Headroom past the context for tree nodes and padded extend rows (stale, never read).
         cap = self.context_len + (self.num_draft_tokens or 1) + (self.num_steps or 1) * (self.topk or 1) + 1
         hd, H = tcfg.head_dim, tcfg.num_attention_heads
-        self._tk = torch.zeros(tcfg.num_hidden_layers, slots, H, cap, hd)
+        self._tk = torch.zeros(tcfg.num_hidden_layers, slots, H, cap, hd, device=self.device)
         self._tv = torch.zeros_like(self._tk)
         if self.draft is not None:
             dcfg = self.draft.cfg
-            self._dk = torch.zeros(1, slots, dcfg.num_attention_heads, cap, dcfg.head_dim)
+            self._dk = torch.zeros(1, slots, dcfg.num_attention_heads, cap, dcfg.head_dim, device=self.device)
             self._dv = torch.zeros_like(self._dk)
         self._seqs: dict[str, _Seq] = {}
         self._free = list(range(slots))
@@ -215,10 +238,36 @@ class SpecDecoder:
         for c in caches:
             c[:, dst] = c[:, src]
 
-    def _view(self, k, v, slots: list[int], seq_lens, write_rel, kv_len, local) -> KVView:
-        s = torch.tensor(slots)
+    def _view(self, k, v, slots: list[int], slots_t, seq_lens, write_rel, kv_len, local) -> KVView:
+        """KVView for the rows of `slots` (host list; `slots_t` the same on the device)."""
         rng = (slots[0], slots[0] + len(slots)) if slots == list(range(slots[0], slots[0] + len(slots))) else None
-        return KVView(k, v, s, seq_lens[:, None] + write_rel, kv_len, _mask(seq_lens, kv_len, local), rng)
+        return KVView(k, v, slots_t, seq_lens[:, None] + write_rel, kv_len, _mask(seq_lens, kv_len, local), rng)
+
+    # ------------------------------------------------------------------ host <-> device
+
+    def _dev(self, data, dtype=torch.long) -> torch.Tensor:
+        """Host data (nested lists) -> a tensor on the decoder's device. On CUDA via pinned memory
+        and a non-blocking copy: torch.tensor(..., device="cuda") would wait for the queued GPU work."""
+        if self.device.type == "cpu":
+            return torch.tensor(data, dtype=dtype)
+        return torch.tensor(data, dtype=dtype, pin_memory=True).to(self.device, non_blocking=True)
+
+    def _to_dev(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the decoder's device (without a sync on CUDA)."""
+        if self.device.type == "cpu":
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
+
+    def _to_host(self, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Integer device tensors -> host tensors in ONE copy (one sync) on CUDA; as-is on CPU."""
+        if self.device.type == "cpu":
+            return ts
+        flat = torch.cat([t.reshape(-1).long() for t in ts]).cpu()
+        out, at = [], 0
+        for t in ts:
+            out.append(flat[at: at + t.numel()].view(t.shape).to(t.dtype))
+            at += t.numel()
+        return tuple(out)
 
     # ------------------------------------------------------------------ sampling helpers
 
@@ -236,7 +285,7 @@ class SpecDecoder:
     def _pick(self, logits: torch.Tensor, req: Request, seq_gen: torch.Generator) -> int:
         if req.temperature <= 0:
             return int(torch.argmax(logits))
-        return int(torch.multinomial(self._probs(logits, req), 1, generator=seq_gen))
+        return int(torch.multinomial(self._probs(logits, req).cpu(), 1, generator=seq_gen))
 
     # ------------------------------------------------------------------ prefill
 
@@ -265,11 +314,13 @@ class SpecDecoder:
         self._seqs[req.rid] = seq
         if self.num_steps is not None and not req.spec_accept_histogram:
             req.spec_accept_histogram = [0] * (self.num_steps + 1)
-        ids = torch.tensor([req.input_ids])
-        pos = torch.arange(n)[None]
-        causal = torch.ones(n, n, dtype=torch.bool).tril()[None]
-        zero = torch.zeros(1, dtype=torch.long)
-        kv = self._view(self._tk, self._tv, [slot], zero, torch.arange(n), n, causal)
+        dev = self.device
+        ids = self._dev([req.input_ids])
+        slot_t = self._dev([slot])
+        pos = torch.arange(n, device=dev)[None]
+        causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()[None]
+        zero = torch.zeros(1, dtype=torch.long, device=dev)
+        kv = self._view(self._tk, self._tv, [slot], slot_t, zero, pos[0], n, causal)
         logits, aux = self.target(ids, pos, kv, capture=self.capture if self.draft is not None else None)
         seq.last_token = self._pick(logits[0, -1], req, seq.gen)
         if req.max_new_tokens > 0:
@@ -277,8 +328,8 @@ class SpecDecoder:
         req.finished = len(req.output_ids) >= req.max_new_tokens
         if self.draft is not None:
             # Draft position p consumes (token p+1, aux p): the prompt shifted by one + the first token.
-            toks = torch.tensor([req.input_ids[1:] + [seq.last_token]])
-            kvd = self._view(self._dk, self._dv, [slot], zero, torch.arange(n), n, causal)
+            toks = self._dev([req.input_ids[1:] + [seq.last_token]])
+            kvd = self._view(self._dk, self._dv, [slot], slot_t, zero, pos[0], n, causal)
             dlogits, h = self.draft(self.target.embed_tokens(toks), self._aux(aux), pos, kvd)
             p, idx = ops.draft_topk(dlogits[0, -1:], self.topk, self.hot)
             seq.topk_p, seq.topk_index, seq.hidden = p[0], idx[0], h[0, -1]
@@ -303,11 +354,13 @@ class SpecDecoder:
         return self._spec_step(reqs, seqs)
 
     def _plain_step(self, reqs, seqs) -> StepStats:
-        B = len(seqs)
-        seq_lens = torch.tensor([s.seq_len for s in seqs])
-        kv = self._view(self._tk, self._tv, [s.slot for s in seqs], seq_lens, torch.arange(1),
-                        int(seq_lens.max()) + 1, torch.ones(1, 1, 1, dtype=torch.bool))
-        logits, _ = self.target(torch.tensor([[s.last_token] for s in seqs]), seq_lens[:, None], kv)
+        B, dev = len(seqs), self.device
+        lens, slots = [s.seq_len for s in seqs], [s.slot for s in seqs]
+        meta = self._dev([lens, slots, [s.last_token for s in seqs]])  # one host->device copy
+        seq_lens = meta[0]
+        kv = self._view(self._tk, self._tv, slots, meta[1], seq_lens, torch.arange(1, device=dev),
+                        max(lens) + 1, torch.ones(1, 1, 1, dtype=torch.bool, device=dev))
+        logits, _ = self.target(meta[2][:, None], seq_lens[:, None], kv)
         greedy = torch.argmax(logits[:, 0], dim=-1).tolist()
         for b, (req, seq) in enumerate(zip(reqs, seqs)):
             tok = greedy[b] if req.temperature <= 0 else self._pick(logits[b, 0], req, seq.gen)
@@ -317,18 +370,18 @@ class SpecDecoder:
             req.finished = len(req.output_ids) >= req.max_new_tokens
         return StepStats(B, 0, B, 0)
 
-    def _draft_tree(self, seqs, seq_lens, slots):
+    def _draft_tree(self, seqs, seq_lens, max_len, slots, slots_t):
         """S draft steps (select -> draft forward -> top-k) and `organize`, as in SGLang."""
-        K, S, B = self.topk, self.num_steps, len(seqs)
+        K, S, B, dev = self.topk, self.num_steps, len(seqs), self.device
         d = self.draft.cfg.hidden_size
         topk_p = torch.stack([s.topk_p for s in seqs])
         topk_index = torch.stack([s.topk_index for s in seqs])
         hidden = torch.stack([s.hidden for s in seqs])
         score_list, token_list, parents_list = [], [], []
         scores = None
-        anc = torch.zeros(B, K, 0, dtype=torch.bool)  # ancestors of this step's lanes among drafted nodes
-        eye = torch.eye(K, dtype=torch.bool)[None].expand(B, K, K)
-        max_len = int(seq_lens.max())
+        anc = torch.zeros(B, K, 0, dtype=torch.bool, device=dev)  # ancestors of this step's lanes among drafted nodes
+        eye = torch.eye(K, dtype=torch.bool, device=dev)[None].expand(B, K, K)
+        lanes = torch.arange(K, device=dev)
         for i in range(S):
             input_ids, hidden_in, scores, info = ops.select_tree(i, topk_p, topk_index, hidden, scores, K)
             score_list.append(info[0])
@@ -341,7 +394,7 @@ class SpecDecoder:
                 anc = torch.cat([anc.gather(1, parent[:, :, None].expand(B, K, anc.shape[2])),
                                  torch.nn.functional.one_hot(parent, K).bool()], dim=2)
             # Step i's lanes sit at draft position seq_len + i; their KV goes to seq_len + i*K + lane.
-            kv = self._view(self._dk, self._dv, slots, seq_lens, i * K + torch.arange(K),
+            kv = self._view(self._dk, self._dv, slots, slots_t, seq_lens, i * K + lanes,
                             max_len + (i + 1) * K, torch.cat([anc, eye], dim=2))
             logits, h = self.draft(self.target.embed_tokens(input_ids.view(B, K)), hidden_in.view(B, K, d),
                                    (seq_lens + i)[:, None].expand(B, K), kv)
@@ -351,33 +404,38 @@ class SpecDecoder:
 
     def _spec_step(self, reqs, seqs) -> StepStats:
         K, S, N, B = self.topk, self.num_steps, self.num_draft_tokens, len(seqs)
-        slots = [s.slot for s in seqs]
-        seq_lens = torch.tensor([s.seq_len for s in seqs])
-        parent_list, top_idx, draft_tokens = self._draft_tree(seqs, seq_lens, slots)
+        lens, slots = [s.seq_len for s in seqs], [s.slot for s in seqs]
+        meta = self._dev([lens, slots])  # one host->device copy
+        seq_lens, slots_t, max_len = meta[0], meta[1], max(lens)
+        parent_list, top_idx, draft_tokens = self._draft_tree(seqs, seq_lens, max_len, slots, slots_t)
+        # The tree is built on the host (build_tree's contract): one device->host copy of its inputs.
+        parent_list, top_idx, draft_tokens = self._to_host(parent_list, top_idx, draft_tokens)
         verified = torch.tensor([s.last_token for s in seqs])
-        tree = ops.build_tree(verified, parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
+        host_tree = ops.build_tree(verified, parent_list, top_idx, draft_tokens, torch.tensor(lens), K, S, N)
+        tree = host_tree if self.device.type == "cpu" else \
+            type(host_tree)(**{f.name: self._to_dev(getattr(host_tree, f.name)) for f in fields(host_tree)})
         # Verify: N tree tokens at cache positions seq_len + node, RoPE positions seq_len + depth.
-        kv = self._view(self._tk, self._tv, slots, seq_lens, torch.arange(N), int(seq_lens.max()) + N,
-                        tree.tree_mask)
+        kv = self._view(self._tk, self._tv, slots, slots_t, seq_lens, torch.arange(N, device=self.device),
+                        max_len + N, tree.tree_mask)
         logits, aux = self.target(tree.draft_token, tree.positions, kv, capture=self.capture)
         res = ops.verify_tree(logits.view(B * N, -1), tree.draft_token, tree.retrive_index,
                               tree.retrive_next_token, tree.retrive_next_sibling, S + 1)
-        acc_index = res.accept_index.tolist()
-        acc_len = res.accept_length.tolist()
-        bonus = res.bonus.tolist()
-        tokens = tree.draft_token.tolist()
+        acc_index, acc_len, bonus = (t.tolist() for t in self._to_host(res.accept_index, res.accept_length,
+                                                                      res.bonus))
+        tokens = host_tree.draft_token.tolist()
         paths, emitted = [], []
         for b, req in enumerate(reqs):
             if req.temperature > 0:
-                path, toks = sample_tree(self._probs(logits[b], req), tree.retrive_next_token[b].tolist(),
-                                         tree.retrive_next_sibling[b].tolist(), tokens[b], seqs[b].gen)
+                path, toks = sample_tree(self._probs(logits[b], req).cpu(),
+                                         host_tree.retrive_next_token[b].tolist(),
+                                         host_tree.retrive_next_sibling[b].tolist(), tokens[b], seqs[b].gen)
             else:
                 path = [g - b * N for g in acc_index[b][:acc_len[b] + 1]]
                 toks = [tokens[b][n] for n in path[1:]] + [bonus[b]]
             paths.append(path)
             emitted.append(toks)
-        self._compact(slots, seq_lens.tolist(), paths)
-        self._extend(seqs, slots, seq_lens, paths, emitted, aux)
+        self._compact(slots, lens, paths)
+        self._extend(seqs, slots, slots_t, seq_lens, max_len, paths, emitted, aux)
         stats = StepStats(B, 0, 0, B * (N - 1))
         for req, seq, path, toks in zip(reqs, seqs, paths, emitted):
             seq.seq_len += len(path)
@@ -395,29 +453,33 @@ class SpecDecoder:
         return stats
 
     def _compact(self, slots, seq_lens, paths) -> None:
-        """Move accepted tree nodes' target KV to consecutive positions seq_len + depth."""
-        for slot, base, path in zip(slots, seq_lens, paths):
-            if path != list(range(len(path))):
-                src = torch.tensor(path) + base
-                dst = torch.arange(len(path)) + base
-                for c in (self._tk, self._tv):
-                    c[:, slot, :, dst] = c[:, slot, :, src]
+        """Move accepted tree nodes' target KV to consecutive positions seq_len + depth
+        (one gather + scatter for the whole batch; rows already in place are skipped)."""
+        moves = [(slot, base + node, base + depth) for slot, base, path in zip(slots, seq_lens, paths)
+                 for depth, node in enumerate(path) if node != depth]
+        if not moves:
+            return
+        slot_i, src, dst = self._dev(list(zip(*moves)))
+        for c in (self._tk, self._tv):
+            c[:, slot_i, :, dst] = c[:, slot_i, :, src]  # the right side is a copy: overlaps are safe
 
-    def _extend(self, seqs, slots, seq_lens, paths, emitted, aux) -> None:
+    def _extend(self, seqs, slots, slots_t, seq_lens, max_len, paths, emitted, aux) -> None:
         """Draft extend over each request's accepted tokens with the verify pass's aux rows."""
-        B = len(seqs)
+        B, dev = len(seqs), self.device
         T = max(len(p) for p in paths)
-        toks = torch.zeros(B, T, dtype=torch.long)
-        rows = torch.zeros(B, T, dtype=torch.long)
-        for b, (path, out) in enumerate(zip(paths, emitted)):
-            toks[b, : len(path)] = torch.tensor(out[: len(path)])
-            rows[b, : len(path)] = torch.tensor(path)
+        # One host->device copy: tokens [B, T] and aux rows [B, T] (both padded with 0: stale,
+        # unread), then each request's last row [B].
+        flat = [t for path, out in zip(paths, emitted) for t in (*out[: len(path)], *[0] * (T - len(path)))]
+        flat += [r for path in paths for r in (*path, *[0] * (T - len(path)))]
+        flat += [len(p) - 1 for p in paths]
+        meta = self._dev(flat)
+        toks, rows, last = meta[: B * T].view(B, T), meta[B * T: 2 * B * T].view(B, T), meta[2 * B * T:]
         ext_aux = aux.gather(1, rows[:, :, None].expand(B, T, aux.shape[2]))  # padded rows: stale, unread
-        causal = torch.ones(T, T, dtype=torch.bool).tril()[None]
-        kv = self._view(self._dk, self._dv, slots, seq_lens, torch.arange(T), int(seq_lens.max()) + T, causal)
-        logits, h = self.draft(self.target.embed_tokens(toks), self._aux(ext_aux), seq_lens[:, None] + torch.arange(T), kv)
-        last = torch.tensor([len(p) - 1 for p in paths])
-        ar = torch.arange(B)
+        causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()[None]
+        steps = torch.arange(T, device=dev)
+        kv = self._view(self._dk, self._dv, slots, slots_t, seq_lens, steps, max_len + T, causal)
+        logits, h = self.draft(self.target.embed_tokens(toks), self._aux(ext_aux), seq_lens[:, None] + steps, kv)
+        ar = torch.arange(B, device=dev)
         p, idx = ops.draft_topk(logits[ar, last], self.topk, self.hot)
         hid = h[ar, last]
         for b, seq in enumerate(seqs):

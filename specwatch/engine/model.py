@@ -150,6 +150,8 @@ class KVView:
     `slots[b]`; its T new keys go to positions `write_pos[b]`; attention reads positions
     [0, kv_len) of the slot under `mask` [B, 1, T, kv_len] (True = may attend).
     `slot_range` = (first, last+1) when the slots are consecutive, which lets reads be views.
+    RoPE positions of a forward with a KVView must be < kv_len (a token never sits past the cache
+    it attends to): the models pass kv_len to `Rope` as the bound instead of reading positions back.
     """
 
     k: torch.Tensor
@@ -174,9 +176,15 @@ class Rope:
         ang = torch.cat([ang, ang], dim=-1)
         self.cos, self.sin = ang.cos().float(), ang.sin().float()
 
-    def __call__(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if int(positions.max()) >= self.cos.shape[0]:
-            self._build(2 * int(positions.max()) + 1)
+    def __call__(self, positions: torch.Tensor, bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [B, 1, T, hd] at `positions` [B, T]. `bound` (optional): an exclusive upper
+        bound on the positions that the caller knows on the host, which saves reading
+        positions.max() back from the device (a sync on CUDA)."""
+        top = int(positions.max()) + 1 if bound is None else int(bound)
+        if top > self.cos.shape[0]:
+            self._build(2 * top)
+        if self.cos.device != positions.device:  # tables follow the model to its device, once
+            self.cos, self.sin = self.cos.to(positions.device), self.sin.to(positions.device)
         # [B, T, hd] -> [B, 1, T, hd] to broadcast over heads
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
@@ -282,7 +290,7 @@ class Target(nn.Module):
         states are concatenated in layer order and index L is never reached. all_hidden: if a list is given, the
         embedding output and every layer output are appended to it (for `dump_hidden_states`).
         """
-        cos, sin = self.rope(positions)
+        cos, sin = self.rope(positions, kv.kv_len if kv is not None else None)
         h = self.embed_tokens(input_ids)
         aux = []
         for i, layer in enumerate(self.layers):
@@ -322,7 +330,7 @@ class Eagle3Draft(nn.Module):
     @property
     def hot_token_id(self) -> torch.Tensor:
         """Target id of each draft id (SGLang: d2t + arange(Vd))."""
-        return self.d2t + torch.arange(self.d2t.shape[0])
+        return self.d2t + torch.arange(self.d2t.shape[0], device=self.d2t.device)
 
     def layer_input(self, embeds, hidden):
         """[input_layernorm(embeds); hidden_norm(hidden)] with fc applied to 3d-wide aux input.
@@ -341,7 +349,7 @@ class Eagle3Draft(nn.Module):
         return self.lm_head(self.norm(h)), h
 
     def forward(self, embeds, hidden, positions, kv: KVView | None = None):
-        cos, sin = self.rope(positions)
+        cos, sin = self.rope(positions, kv.kv_len if kv is not None else None)
         x, residual = self.layer_input(embeds, hidden)
         return self.layer_output(self.midlayer.self_attn(x, cos, sin, kv, 0), residual)
 

@@ -160,7 +160,7 @@ HELP = """\
 usage: python -m specwatch.engine --model-path PATH [SGLang launch_server flags]
 
 The built-in engine: a small EAGLE-3-style speculative decoder that speaks SGLang's CLI,
-HTTP API and log format, on CPU. Flags it acts on:
+HTTP API and log format, on CPU or a CUDA GPU. Flags it acts on:
 
   --model-path PATH                  target model dir, or builtin:target
   --speculative-algorithm {EAGLE,EAGLE3,NEXTN}
@@ -177,7 +177,9 @@ HTTP API and log format, on CPU. Flags it acts on:
   --max-total-tokens N               KV cache capacity in tokens
   --context-length N                 at most the model's max_position_embeddings
   --served-model-name NAME           default: the --model-path argument
-  --random-seed N  --device {cpu,cuda}  --api-key KEY  --skip-server-warmup
+  --device {cpu,cuda}                default cpu; cuda puts weights and KV cache on the GPU
+                                     and runs the Triton drafting/verify kernels
+  --random-seed N  --api-key KEY  --skip-server-warmup
   --log-level {debug,info,warning,error,critical}
 
 Any other SGLang flag is accepted with a warning, so one sweep file drives both engines.

@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     main_log = sglang_log.scheduler_logger("")
     for w in parsed.warnings:
         main_log.warning(w)
-    device = a.device or "cpu"  # the decoder runs on CPU; SGLang would pick cuda
+    device = a.device or "cpu"  # SGLang would pick cuda; the built-in engine defaults to cpu
     a.device = device
     main_log.info(f"server_args={a!r}")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import io
 import json
 import math
 import sys

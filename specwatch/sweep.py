@@ -22,7 +22,6 @@ Resume: a run whose row is `ok` or `failed` with the same server config is skipp
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -128,11 +127,10 @@ def _config_columns(sweep: Sweep, c: Config, aux_ids) -> dict:
 
 
 def _write_runs(db: str, rows: list[dict], requests: dict[str, list[load.RequestResult]] = {},
-                sources: dict[str, tuple[str, int, int]] = {}, reset: bool = False,
-                lock=None) -> None:
+                sources: dict[str, tuple[str, int, int]] = {}, reset: bool = False) -> None:
     """Upsert run rows, with their log ranges and request rows, in one transaction. `reset`:
     first drop what an earlier attempt stored for these runs."""
-    with lock or contextlib.nullcontext(), store.writer(db) as con:
+    with store.writer(db) as con:
         con.execute("BEGIN")
         try:
             for row in rows:
@@ -163,9 +161,8 @@ def _write_runs(db: str, rows: list[dict], requests: dict[str, list[load.Request
 class _IngestThread:
     """Polls a FileIngestor while the load runs; the caller polls once more at the end."""
 
-    def __init__(self, ing: ingest.FileIngestor, lock=None):
+    def __init__(self, ing: ingest.FileIngestor):
         self.ing = ing
-        self.lock = lock or contextlib.nullcontext()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="ingest", daemon=True)
         self.thread.start()
@@ -173,8 +170,7 @@ class _IngestThread:
     def _loop(self) -> None:
         while not self.stop.wait(INGEST_POLL_S):
             try:
-                with self.lock:
-                    self.ing.poll()
+                self.ing.poll()
             except (store.StoreError, ingest.IngestError):
                 pass   # the log file is the buffer: what is not stored now is stored next time
 
@@ -183,26 +179,21 @@ class _IngestThread:
         self.thread.join()
 
 
-def _ingest_to(ing: ingest.FileIngestor, offset: int, timeout_s: float = 30.0,
-               lock=None) -> str | None:
+def _ingest_to(ing: ingest.FileIngestor, offset: int, timeout_s: float = 30.0) -> str | None:
     """Ingest until the checkpoint passes `offset`; returns the source id."""
     deadline = time.monotonic() + timeout_s
     while True:
-        with lock or contextlib.nullcontext():
-            ing.poll()
+        ing.poll()
         src = ing._src
         if src is not None and src.offset_bytes >= offset or time.monotonic() > deadline:
             return src.source_id if src is not None else None
         time.sleep(0.05)
 
 
-def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=None,
-               db_lock=None) -> ConfigOutcome:
+def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=None) -> ConfigOutcome:
     """Measure one config at each of its (concurrency, repeat) runs; always stops the server.
-    `stop` (Ctrl-C), `progress` (a callback object) and `db_lock` are optional and local-only.
-    `db_lock` serialises this process's writes when configs run in threads: DuckDB connections
-    of one process writing at once can fail (write-write conflicts on a new file, and
-    'python_arrow_scan does not exist' from duckdb 2.0.1 under concurrent Arrow inserts)."""
+    `stop` (Ctrl-C) and `progress` (a callback object) are optional and local-only. Configs may
+    run in threads: `store.writer` makes this process's writes take turns."""
     t_start = time.monotonic()
     stop = stop or threading.Event()
     sweep, c = job.sweep, job.config
@@ -218,7 +209,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
                           "concurrency": k.concurrency, "repeat_idx": k.repeat_idx,
                           "status": "running", "failure_reason": None, "server_log_tail": None,
                           "created_at": dt.datetime.now(), "started_at": None, "ended_at": None}
-                         for k in keys], reset=True, lock=db_lock)
+                         for k in keys], reset=True)
     done: set[RunKey] = set()
     server = None
 
@@ -227,7 +218,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
         rest = [k for k in keys if k not in done]
         _write_runs(job.db, [{"run_id": ids[k], "status": status, "failure_reason": reason,
                               "server_log_tail": tail, "ended_at": dt.datetime.now()}
-                             for k in rest], lock=db_lock)
+                             for k in rest])
         for k in rest:
             out.runs.append(RunOutcome(ids[k], k.concurrency, k.repeat_idx, status, reason))
             done.add(k)
@@ -282,7 +273,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
             offset_from = log_path.stat().st_size
             if progress:
                 progress.run_start(c.name, k.concurrency, k.repeat_idx, len(specs))
-            tail = _IngestThread(ing, db_lock)
+            tail = _IngestThread(ing)
             try:
                 res = load.run(job.port, specs, k.concurrency, w.temperature, w.seed,
                                sweep.request_timeout_s, stop=stop,
@@ -293,7 +284,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
             out.load_s += res.wall_s
             info = load.server_info(job.port)
             offset_to = log_path.stat().st_size
-            source_id = _ingest_to(ing, offset_to, lock=db_lock)
+            source_id = _ingest_to(ing, offset_to)
             summary = load.summarize(res)
             exit_code = server.exited()
             answering = True
@@ -323,8 +314,7 @@ def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=Non
                    "server_accept_len": load.server_accept_len(info), **summary}
             reqs = res.results + (warm_rows if k == keys[0] else [])
             _write_runs(job.db, [row], {rid: reqs},
-                        {rid: (source_id, offset_from, offset_to)} if source_id else {},
-                        lock=db_lock)
+                        {rid: (source_id, offset_from, offset_to)} if source_id else {})
             done.add(k)
             out.runs.append(RunOutcome(rid, k.concurrency, k.repeat_idx, status, reason,
                                        summary["requests_ok"], summary["requests_failed"],
@@ -455,7 +445,6 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
             else:
                 pending.append((c, keys))
         running: dict[Future, tuple[int, ...]] = {}
-        db_lock = threading.Lock()
 
         with ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="config") as pool:
             while (pending and not stop.is_set()) or running:
@@ -466,8 +455,7 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
                         if c.tp_size <= len(free):
                             gpu_set = tuple(free[:c.tp_size])
                             del free[:c.tp_size]
-                            fut = pool.submit(run_config, job(c, keys, gpu_set), stop, progress,
-                                              db_lock)
+                            fut = pool.submit(run_config, job(c, keys, gpu_set), stop, progress)
                             running[fut] = gpu_set
                             del pending[i]
                             placed = True

@@ -86,6 +86,32 @@ def test_triton_path_sampling_equals_reference(prompts, triton_calls, monkeypatc
     assert serve(dec, prompts, temperature=0.8) == via_triton
 
 
+class _HostCopiesAsOnCuda(SpecDecoder):
+    """The decoder with its CUDA-only host<->device branches switched on (one fused device->host
+    copy per tree build and per verify, the tree re-uploaded) but no pinned memory, which needs
+    a GPU: the CI machine has none, so this is the only place those branches run there."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._on_cuda = True
+
+    def _dev(self, data, dtype=torch.long):
+        return torch.tensor(data, dtype=dtype)
+
+    def _to_dev(self, t):
+        return t.clone()
+
+
+@pytest.mark.parametrize("steps,topk,ndt", [(3, 4, 8), (1, 2, 3)], ids=["tree", "one-step"])
+def test_cuda_host_copy_branches_change_nothing(prompts, monkeypatch, steps, topk, ndt):
+    monkeypatch.setenv("SPECWATCH_KERNELS", "torch")
+    kw = dict(num_steps=steps, topk=topk, num_draft_tokens=ndt)
+    as_cuda = _HostCopiesAsOnCuda(TARGET, DRAFT, **kw)
+    as_cpu = SpecDecoder(TARGET, DRAFT, **kw)
+    assert serve(as_cuda, prompts) == serve(as_cpu, prompts)
+    assert serve(as_cuda, prompts, temperature=0.7) == serve(as_cpu, prompts, temperature=0.7)
+
+
 def test_device_errors_name_the_fix():
     with pytest.raises(ValueError, match="runs on 'cpu' or 'cuda'"):
         SpecDecoder(TARGET, device="meta")

@@ -159,6 +159,7 @@ class SpecDecoder:
     def __init__(self, target_path, draft_path=None, *, num_steps=None, topk=None, num_draft_tokens=None,
                  device="cpu", max_total_tokens=None, seed=0, aux_layer_ids=None):
         self.device = _resolve_device(device)
+        self._on_cuda = self.device.type == "cuda"  # host<->device copies go through pinned memory
         self.target = load_target(resolve_model_path(target_path)).to(self.device)
         tcfg = self.target.cfg
         self.context_len = tcfg.max_position_embeddings
@@ -248,19 +249,19 @@ class SpecDecoder:
     def _dev(self, data, dtype=torch.long) -> torch.Tensor:
         """Host data (nested lists) -> a tensor on the decoder's device. On CUDA via pinned memory
         and a non-blocking copy: torch.tensor(..., device="cuda") would wait for the queued GPU work."""
-        if self.device.type == "cpu":
+        if not self._on_cuda:
             return torch.tensor(data, dtype=dtype)
         return torch.tensor(data, dtype=dtype, pin_memory=True).to(self.device, non_blocking=True)
 
     def _to_dev(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor on the decoder's device (without a sync on CUDA)."""
-        if self.device.type == "cpu":
+        if not self._on_cuda:
             return t
         return t.pin_memory().to(self.device, non_blocking=True)
 
     def _to_host(self, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Integer device tensors -> host tensors in ONE copy (one sync) on CUDA; as-is on CPU."""
-        if self.device.type == "cpu":
+        if not self._on_cuda:
             return ts
         flat = torch.cat([t.reshape(-1).long() for t in ts]).cpu()
         out, at = [], 0
@@ -412,7 +413,7 @@ class SpecDecoder:
         parent_list, top_idx, draft_tokens = self._to_host(parent_list, top_idx, draft_tokens)
         verified = torch.tensor([s.last_token for s in seqs])
         host_tree = ops.build_tree(verified, parent_list, top_idx, draft_tokens, torch.tensor(lens), K, S, N)
-        tree = host_tree if self.device.type == "cpu" else \
+        tree = host_tree if not self._on_cuda else \
             type(host_tree)(**{f.name: self._to_dev(getattr(host_tree, f.name)) for f in fields(host_tree)})
         # Verify: N tree tokens at cache positions seq_len + node, RoPE positions seq_len + depth.
         kv = self._view(self._tk, self._tv, slots, slots_t, seq_lens, torch.arange(N, device=self.device),

@@ -24,6 +24,15 @@ DRAFT = models_dir() / "draft-eagle3"
 NEW_TOKENS = 12
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny matmuls: one thread avoids OpenMP spin-waiting on a busy 2-core CI box."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(scope="module")
 def prompts():
     _, held_out = load_corpus()

@@ -47,7 +47,9 @@ def build(db: Path, windows: int) -> int:
           40 + i % 7, 120 + i % 11, 8 + i % 3, 30 + i % 5, 64, 0
         FROM range({runs}) t(i)""")
         con.execute(f"""
-        INSERT INTO sources SELECT 'src' || i, '/bench/run' || i || '.log', 0, i, 'fp' || i, 1024,
+        INSERT INTO sources (source_id, path, device, inode, fingerprint, fingerprint_len,
+          offset_bytes, lines_done, first_seen, updated_at)
+        SELECT 'src' || i, '/bench/run' || i || '.log', 0, i, 'fp' || i, 1024,
           0, 0, now()::TIMESTAMP, now()::TIMESTAMP FROM range({runs}) t(i)""")
         con.execute(f"INSERT INTO run_sources SELECT 'run' || i, 'src' || i, 0, NULL FROM range({runs}) t(i)")
         con.execute(f"""

@@ -333,6 +333,8 @@ class FileIngestor:
         self._fh = None
         self._src: schema.Source | None = None
         self._attached: set[str] = set()
+        self._tail_of: schema.Source | None = None   # the source _tail_bytes belongs to
+        self._tail_bytes = b""
 
     def close(self) -> None:
         if self._fh is not None:
@@ -412,6 +414,12 @@ class FileIngestor:
                     return result
         src = self._src
         result.source_id = src.source_id
+        if self._tail_of is not src:
+            # The bytes just before the checkpoint (verified against tail_fingerprint when the
+            # source was matched); from here on they roll forward from the data we commit.
+            n = min(FP_LEN, src.offset_bytes)
+            self._tail_bytes = os.pread(self._fh.fileno(), n, src.offset_bytes - n)
+            self._tail_of = src
         # Read up to the size seen now, not "until EOF stays put": a file that grows faster than we
         # commit would otherwise keep us in back-to-back write bursts that lock readers out.
         # Later appends wait for the next poll (`tail` paces those).
@@ -450,7 +458,10 @@ class FileIngestor:
                 self._fh.seek(0)
                 head = self._fh.read(min(FP_LEN, new_offset))
                 src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
-            src.tail_fingerprint = _tail_fingerprint(self._fh.fileno(), new_offset)
+            # Hash what was read, not the file again: it may be truncated by now (copy-truncate),
+            # and a wrong hash would keep the copy from continuing this source.
+            tail = data[-FP_LEN:] if len(data) >= FP_LEN else (self._tail_bytes + data)[-FP_LEN:]
+            src.tail_fingerprint = _fingerprint(tail)
             attach = self.run_id if src.source_id not in self._attached else None
             with store.writer(self.db) as con:
                 try:
@@ -464,6 +475,7 @@ class FileIngestor:
             if attach:
                 self._attached.add(src.source_id)
             src.offset_bytes = new_offset
+            self._tail_bytes = tail
             src.lines_done += lines
             result.lines += lines
             result.bytes_read += len(data)

@@ -172,3 +172,26 @@ def test_old_database_gains_new_columns(tmp_path, db):
     log.write_text(LINE.format(s=1, r=1, al=2.0, t=5.0))
     ingest.ingest_paths(db, [str(log)])
     assert count(db, "decode_windows") == 1
+
+
+def test_copy_truncate_between_read_and_commit_still_continues_in_the_copy(tmp_path, db, monkeypatch):
+    # logrotate copytruncate can run after ingest read a chunk and before it commits: the hash of the
+    # last consumed bytes must come from what was read, or the copy would not continue the source.
+    log, copy = tmp_path / "server.log", tmp_path / "server.log.1"
+    log.write_text("".join(LINE.format(s=i % 60, r=1, al=2.0, t=5.0) for i in range(50)))
+    real = ingest.parse_chunk
+
+    def rotate_after_parse(*args, **kwargs):
+        real(*args, **kwargs)
+        copy.write_bytes(log.read_bytes())
+        with open(log, "w") as f:  # truncate and go on writing other lines
+            f.write("".join(LINE.format(s=i % 60, r=9, al=3.0, t=1.0) for i in range(80)))
+
+    monkeypatch.setattr(ingest, "parse_chunk", rotate_after_parse)
+    ing = ingest.FileIngestor(db, log, "r")
+    ing.poll()
+    ing.close()
+    monkeypatch.setattr(ingest, "parse_chunk", real)
+    assert count(db, "decode_windows") == 50
+    ingest.ingest_paths(db, [str(copy)], run="r")
+    assert count(db, "decode_windows") == 50 and count(db, "sources") == 1

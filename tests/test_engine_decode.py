@@ -127,8 +127,6 @@ def test_acceptance_is_real_and_responds_to_served_ids(chain_s3, plain_outputs):
     assert [r.output_ids for r in shifted] == plain_outputs
 
 
-@pytest.mark.xfail(strict=True, reason="issue 4 criterion not met by the committed weights: measured AL ratio "
-                   "0.68 (needs <= 0.6) at S=3; see benchmarks/bench_engine_accept.py")
 def test_slot_shift_meets_issue_thresholds(chain_s3):
     """Issue 4 / engine.md §5.1: slot-shifted AL <= 0.6x correct and step-1 acceptance drop >= 0.3."""
     (al_c, s1_c), (al_s, s1_s) = _al(chain_s3[0]), _al(chain_s3[1])

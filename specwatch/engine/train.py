@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from torch import nn
+
 from specwatch.engine.model import (Eagle3Draft, KVView, ModelConfig, Target, capture_layers,
                                     init_weights, load_target, num_params, save_model)
 
@@ -37,6 +39,11 @@ TARGET_CFG = ModelConfig(hidden_size=256, num_hidden_layers=8, num_attention_hea
                          rope_theta=10000.0, rms_norm_eps=1e-5)
 TRAIN_CTX = 256
 AUX_IDS = (1, 3, 5)
+# The target seed is the first one (0, 1, 2, ...) whose target passes the greedy-output health gate
+# before any draft is trained: distinct 8-grams >= 0.5 (mean per output) and at most 2 of the 12
+# prompts looping (< 0.3). With `llama_init`, seeds 0-2 failed it on this 2-core CPU (0.30, 4/12
+# looping, 0.48); seed 3 passes (0.728, 1/12). Looping inflates every draft's accept length.
+TARGET_SEED = 3
 SHIFTED_AUX_IDS = (-1, 1, 3)
 
 
@@ -96,12 +103,29 @@ def windows(data: torch.Tensor, n: int, length: int, gen: torch.Generator) -> to
 # ----------------------------------------------------------------------------- target
 
 
-def train_target(steps: int = 450, batch: int = 16, lr: float = 2e-3, seed: int = 0, log=print) -> Target:
+def llama_init(model: nn.Module, std: float = 0.02) -> None:
+    """Hugging Face Llama's init (`initializer_range` 0.02): N(0, std) for every linear and
+    embedding, norms 1, *no* residual-projection scaling.
+
+    Why not `model.init_weights` (GPT-2's 1/sqrt(2L) on o_proj/down_proj): with the same 450
+    steps it trains a much stronger target (held-out 0.77 nats vs engine.md's 0.94), whose greedy
+    text a 1-layer draft can largely predict from its own byte context. The draft then leans on
+    that path, so serving it the slot-shifted aux ids [-1,1,3] costs too little to see (S=3 AL
+    ratio 0.68-0.73, step-1 drop 0.27-0.29; aux-zeroed floor 1.47). With this init the target
+    matches engine.md's (0.94-0.96 nats / 0.72-0.73 acc) and so does the draft's response to the
+    slot shift (ratio ~0.56, step-1 drop ~0.44).
+    """
+    for p in model.parameters():
+        if p.dim() >= 2:
+            nn.init.normal_(p, 0.0, std)
+
+
+def train_target(steps: int = 450, batch: int = 16, lr: float = 2e-3, seed: int = TARGET_SEED, log=print) -> Target:
     """Train the target on random 256-byte windows of the corpus (bf16 autocast, AdamW)."""
     train, held = load_corpus()
     torch.manual_seed(seed)
     model = Target(TARGET_CFG)
-    init_weights(model)
+    llama_init(model)
     opt = make_optimizer(model.parameters(), lr)
     gen = torch.Generator().manual_seed(seed)
     pos = torch.arange(TRAIN_CTX)[None].expand(batch, TRAIN_CTX)

@@ -80,14 +80,6 @@ WITH kept AS (
   SELECT * FROM decode_windows_scoped WHERE NOT after_idle OR rank_windows = 1
 ), per_rank AS (
   SELECT run_id, source_id AS config_source_id, config_offset, dp_rank,
-    any_value(cfg_model_path) AS cfg_model_path,
-    any_value(cfg_draft_model_path) AS cfg_draft_model_path,
-    any_value(cfg_speculative_algorithm) AS cfg_speculative_algorithm,
-    any_value(cfg_speculative_num_steps) AS cfg_speculative_num_steps,
-    any_value(cfg_speculative_eagle_topk) AS cfg_speculative_eagle_topk,
-    any_value(cfg_speculative_num_draft_tokens) AS cfg_speculative_num_draft_tokens,
-    any_value(cfg_tp_size) AS cfg_tp_size, any_value(cfg_dp_size) AS cfg_dp_size,
-    any_value(cfg_sglang_version) AS cfg_sglang_version,
     count(*) AS windows,
     sum(accept_len * running_req) AS al_num,
     sum(CASE WHEN accept_len IS NOT NULL THEN running_req END) AS al_den,
@@ -98,14 +90,6 @@ WITH kept AS (
   FROM kept GROUP BY ALL
 ), per_cfg AS (
   SELECT run_id, config_source_id, config_offset,
-    any_value(cfg_model_path) AS cfg_model_path,
-    any_value(cfg_draft_model_path) AS cfg_draft_model_path,
-    any_value(cfg_speculative_algorithm) AS cfg_speculative_algorithm,
-    any_value(cfg_speculative_num_steps) AS cfg_speculative_num_steps,
-    any_value(cfg_speculative_eagle_topk) AS cfg_speculative_eagle_topk,
-    any_value(cfg_speculative_num_draft_tokens) AS cfg_speculative_num_draft_tokens,
-    any_value(cfg_tp_size) AS cfg_tp_size, any_value(cfg_dp_size) AS cfg_dp_size,
-    any_value(cfg_sglang_version) AS cfg_sglang_version,
     count(*) AS dp_ranks,
     sum(windows) AS windows,
     sum(al_num) / nullif(sum(al_den), 0) AS accept_len,
@@ -138,18 +122,18 @@ WITH kept AS (
     r.run_id, r.run_name, r.origin, r.sweep_name, r.config_name, r.engine, r.concurrency,
     r.repeat_idx, r.status, r.failure_reason, r.created_at,
     p.config_source_id, p.config_offset,
-    coalesce(p.cfg_model_path, r.model_path) AS model_path,
-    coalesce(p.cfg_draft_model_path, r.draft_model_path) AS draft_model_path,
-    CASE WHEN p.config_offset IS NOT NULL THEN p.cfg_speculative_algorithm
+    coalesce(c.model_path, r.model_path) AS model_path,
+    coalesce(c.draft_model_path, r.draft_model_path) AS draft_model_path,
+    CASE WHEN p.config_offset IS NOT NULL THEN c.speculative_algorithm
          WHEN vl.run_id IS NOT NULL THEN coalesce(r.speculative_algorithm, 'vllm (unknown method)')
          ELSE r.speculative_algorithm END AS speculative_algorithm,
-    coalesce(p.cfg_speculative_num_steps, r.speculative_num_steps) AS speculative_num_steps,
-    coalesce(p.cfg_speculative_eagle_topk, r.speculative_eagle_topk) AS speculative_eagle_topk,
-    coalesce(p.cfg_speculative_num_draft_tokens, r.speculative_num_draft_tokens)
+    coalesce(c.speculative_num_steps, r.speculative_num_steps) AS speculative_num_steps,
+    coalesce(c.speculative_eagle_topk, r.speculative_eagle_topk) AS speculative_eagle_topk,
+    coalesce(c.speculative_num_draft_tokens, r.speculative_num_draft_tokens)
       AS speculative_num_draft_tokens,
-    coalesce(p.cfg_tp_size, r.tp_size) AS tp_size,
-    coalesce(p.cfg_dp_size, r.dp_size) AS dp_size,
-    p.cfg_sglang_version AS sglang_version,
+    coalesce(c.tp_size, r.tp_size) AS tp_size,
+    coalesce(c.dp_size, r.dp_size) AS dp_size,
+    c.sglang_version AS sglang_version,
     r.aux_layer_ids,
     p.dp_ranks, coalesce(p.windows, vl.windows, 0) AS windows,
     coalesce(p.accept_len, vl.accept_len) AS accept_len, vl.accept_rate AS vllm_accept_rate,
@@ -160,6 +144,8 @@ WITH kept AS (
     r.tpot_ms_p50, r.tpot_ms_p99, r.e2e_ms_p50, r.e2e_ms_p99,
     r.client_accept_len, r.server_accept_len
   FROM runs r LEFT JOIN per_cfg p USING (run_id)
+  -- the config each group of windows ran under (the server_args line they were ASOF-joined to)
+  LEFT JOIN server_configs c ON c.source_id = p.config_source_id AND c.byte_offset = p.config_offset
   LEFT JOIN vllm vl ON vl.run_id = r.run_id LEFT JOIN vllm_tput vt ON vt.run_id = r.run_id
 ), with_rate AS (
   SELECT *,

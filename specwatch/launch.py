@@ -196,6 +196,16 @@ def log_tail(path: str | Path, max_lines: int = 40, max_bytes: int = 16384) -> s
     return "\n".join(lines[-max_lines:])
 
 
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
 def _descendants(root: int) -> dict[int, str]:
     """{pid: start time} of every live descendant of `root`, from /proc (Linux)."""
     children: dict[int, list[int]] = {}
@@ -205,13 +215,8 @@ def _descendants(root: int) -> dict[int, str]:
     except OSError:
         return {}
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        if rest[0] == "Z":
+        rest = _proc_stat(pid)
+        if rest is None or rest[0] == "Z":
             continue
         children.setdefault(int(rest[1]), []).append(pid)
         start[pid] = rest[19]
@@ -225,13 +230,8 @@ def _descendants(root: int) -> dict[int, str]:
 
 def _alive(pid: int, started: str | None) -> bool:
     """Is this pid still the same live (non-zombie) process?"""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    rest = stat[stat.rfind(")") + 2:].split()
-    return rest[0] != "Z" and (started is None or rest[19] == started)
+    rest = _proc_stat(pid)
+    return rest is not None and rest[0] != "Z" and (started is None or rest[19] == started)
 
 
 def _group_alive(pgid: int) -> list[int]:
@@ -242,13 +242,8 @@ def _group_alive(pgid: int) -> list[int]:
     except OSError:
         return out
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        if rest[0] != "Z" and int(rest[2]) == pgid:
+        rest = _proc_stat(pid)
+        if rest is not None and rest[0] != "Z" and int(rest[2]) == pgid:
             out.append(pid)
     return out
 

@@ -92,12 +92,9 @@ def parse_cmd(files, fmt, all_kinds):
             for line_no, raw in enumerate(fh, 1):
                 if not raw.endswith(b"\n"):
                     break  # an incomplete last line is not parsed until it is complete
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
+                _, got, valid = ingest.parse_raw(raw)
+                if not valid:
                     bad.append(line_no)
-                    text = raw.decode("utf-8", errors="replace")
-                got = parse.parse_line(text)
                 if got is None:
                     continue
                 if isinstance(got, parse.Rejected):

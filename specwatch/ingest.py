@@ -229,14 +229,21 @@ def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> 
     return "events", row
 
 
+def parse_raw(raw: bytes) -> tuple[str, parse.Record | parse.Rejected | None, bool]:
+    """(text, parse result, valid UTF-8) for one line's bytes; invalid UTF-8 is read with
+    replacement characters and still parsed."""
+    try:
+        text, valid = raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, valid = raw.decode("utf-8", errors="replace"), False
+    return text, parse.parse_line(text), valid
+
+
 def _parse_line_into(raw: bytes, here: int, line_no: int, source_id: str, path: str,
                      batches: _Batches, result: IngestResult, bad_utf8: list[int]) -> None:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
+    text, got, valid = parse_raw(raw)
+    if not valid:
         bad_utf8.append(line_no)
-        text = raw.decode("utf-8", errors="replace")
-    got = parse.parse_line(text)
     if got is None:
         return
     if isinstance(got, parse.Rejected):

@@ -5,7 +5,14 @@ placement through CUDA_VISIBLE_DEVICES). `Server.start()` runs it in its own pro
 stdout and stderr appended to a log file; `wait_ready()` polls `GET /health` until 200 (SGLang
 0.5.1+ answers 503 until its warm-up succeeded, LOG_FORMATS §7.2); `stop()` sends SIGTERM to the
 whole group, SIGKILL after a grace period, then checks that no process of the group (or any
-descendant seen while it ran) survives and that the port is free again.
+descendant seen while it ran) survives and that the port is free again. A watchdog (`procs.Guard`)
+stops the group if specwatch itself dies, SIGKILL included, and a pid file next to the log lets
+`reap_stale(out_dir)` kill what a dead specwatch left behind at the next start. A server that dies
+before it is ready fails with its log's real cause (`failure_cause`), and one whose port is
+answered by another process's listener fails too (`listener_owned`).
+
+GPUs: `gpus_needed(config)`; ports: `free_port` picks below the kernel's ephemeral range and keeps
+SGLang's side ports of every port it handed out free (`side_ports`).
 
 Not here: reading the log (see `tail`/`ingest`), sending load (see `load`). It parses nothing.
 """
@@ -15,6 +22,8 @@ import errno
 import http.client
 import json
 import os
+import random
+import shlex
 import shutil
 import signal
 import socket
@@ -24,6 +33,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from specwatch import procs
+from specwatch.failure import failure_cause  # noqa: F401 (part of this module's interface)
+from specwatch.procs import listener_owned, reap_stale  # noqa: F401 (same)
 
 if TYPE_CHECKING:
     from specwatch.sweepfile import Config
@@ -51,19 +64,59 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
     return tuple(parts) or None
 
 
-def installed_sglang_version() -> str | None:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-        return version("sglang")
-    except PackageNotFoundError:
+def launch_python(launch_command: tuple[str, ...] | list[str] | None = None) -> str | None:
+    """The interpreter a server runs under: launch_command's program when it is a Python,
+    specwatch's own without a launch_command, None when the program is not a Python."""
+    if not launch_command:
+        return sys.executable
+    prog = launch_command[0]
+    return prog if Path(prog).name.startswith("python") else None
+
+
+def installed_sglang_version(launch_command: tuple[str, ...] | list[str] | None = None
+                             ) -> str | None:
+    """SGLang's version in the interpreter that will run the server (`launch_command`'s python,
+    asked with importlib.metadata), not necessarily specwatch's own environment. None when it
+    has no sglang, is not a Python, or does not answer within 30 s."""
+    python = launch_python(launch_command)
+    if python is None:
         return None
+    code = ("import importlib.metadata as m\ntry: print(m.version('sglang'))\n"
+            "except m.PackageNotFoundError: pass")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = out.stdout.strip()
+    return text.splitlines()[-1] if out.returncode == 0 and text else None
+
+
+def dp_attention(config: Config) -> bool:
+    return "--enable-dp-attention" in config.server_flags
+
+
+def gpus_needed(config: Config) -> int:
+    """GPUs one server of this config occupies. SGLang 0.5.23 data_parallel_controller.py:
+    without DP attention each of the dp_size replicas is a TP group of tp_size * pp_size GPUs
+    (`launch_dp_schedulers`: base_gpu_id += tp_size * pp_size per dp rank), so tp * pp * dp;
+    with --enable-dp-attention the dp ranks live inside the one TP group
+    (`launch_dp_attention_schedulers` launches a single group from GPU 0, and
+    arg_groups/parallel_hook.py asserts tp_size % attn_dp_size == 0), so tp * pp."""
+    tp = config.tp_size
+    pp = getattr(config, "pp_size", 1)
+    dp = getattr(config, "dp_size", 1)
+    return tp * pp * (1 if dp_attention(config) else dp)
 
 
 def command(engine: str, config: Config, port: int, draft_path: str | None = None,
             launch_command: tuple[str, ...] | None = None,
-            sglang_version: str | None = None) -> list[str]:
+            sglang_version: str | None = None,
+            gpus: tuple[int, ...] | None = None) -> list[str]:
     """argv for one config. `config` is a sweepfile.Config; `draft_path` overrides its draft (an
-    aux-layer-ids copy). Raises LaunchFailed for a flag the given SGLang version does not have."""
+    aux-layer-ids copy); `gpus`: the GPU ids it was given (the built-in engine then runs with
+    `--device cuda` unless the flags pick a device). Raises LaunchFailed for a flag the given
+    SGLang version does not have."""
     if launch_command:
         argv = list(launch_command)
     elif engine == "builtin":
@@ -82,7 +135,16 @@ def command(engine: str, config: Config, port: int, draft_path: str | None = Non
                  "--speculative-num-steps", str(config.speculative_num_steps),
                  "--speculative-eagle-topk", str(config.speculative_eagle_topk),
                  "--speculative-num-draft-tokens", str(config.speculative_num_draft_tokens)]
-    argv += ["--tp-size", str(config.tp_size), "--host", HOST, "--port", str(port)]
+    argv += ["--tp-size", str(config.tp_size)]
+    # Only when > 1: older SGLang versions predate --pp-size, and 1 is every version's default.
+    if getattr(config, "dp_size", 1) != 1:
+        argv += ["--dp-size", str(config.dp_size)]
+    if getattr(config, "pp_size", 1) != 1:
+        argv += ["--pp-size", str(config.pp_size)]
+    argv += ["--host", HOST, "--port", str(port)]
+    if engine == "builtin" and gpus and not any(
+            f == "--device" or f.startswith("--device=") for f in config.server_flags):
+        argv += ["--device", "cuda"]
     argv += list(config.server_flags)
     return argv
 
@@ -137,8 +199,13 @@ def draft_with_aux(c: Config, run_dir: Path) -> str:
     if src is None:
         raise LaunchFailed(f"aux_layer_ids needs a local draft dir with a config.json; "
                                   f"{c.draft_model} is not one (download it first)")
+    run_dir = Path(run_dir).resolve()
     dst = run_dir / "draft"
-    if dst.exists():
+    if dst.is_symlink() or dst.is_file():
+        dst.unlink()                # never follow a link out of the run directory
+    elif dst.exists():
+        if dst.resolve().parent != run_dir:
+            raise LaunchFailed(f"{dst} is not inside the run directory {run_dir}; not deleting it")
         shutil.rmtree(dst)
     dst.mkdir(parents=True)
     for f in src.iterdir():
@@ -168,16 +235,49 @@ def port_free(port: int, host: str = HOST) -> bool:
         s.close()
 
 
+# SGLang's ports beside --port (0.5.23 server_args.py PortArgs.init_new and
+# data_parallel_controller.py): with DP attention dist_init_port = port + ZMQ_TCP_PORT_DELTA (233)
+# and port_base = dist_init_port + 1, whose +0..+5 are the tokenizer, detokenizer, rpc, metrics,
+# scheduler-input and load-collector ports (port+233..+239); the DP handshake uses
+# port + DP_ATTENTION_HANDSHAKE_PORT_DELTA (13); SMG's gRPC mode puts a sidecar on port + 1. Its
+# NCCL port is picked by SGLang itself in 22000..29999 below the ephemeral range
+# (utils/network.py get_free_port_below_ephemeral), so ours stay below 22000.
+SIDE_OFFSETS = (1, 13) + tuple(range(233, 240))
+PORT_LOW, PORT_HIGH = 10000, 21999 - 239
+
+
+def side_ports(port: int) -> set[int]:
+    """`port` and the ports SGLang derives from it."""
+    return {port} | {port + d for d in SIDE_OFFSETS if port + d <= 65535}
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (bind(0) and connect() pick from it)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(avoid: set[int] = frozenset(), host: str = HOST) -> int:
-    """A port nobody listens on now (the kernel's pick), not in `avoid`."""
-    for _ in range(100):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((host, 0))
-        port = s.getsockname()[1]
-        s.close()
-        if port not in avoid:
+    """A port for a server, like SGLang picks the ports it binds late: outside the kernel's
+    ephemeral range (so no client socket takes it before the server binds), with it and its
+    SGLang side ports (`side_ports`) free now and apart from every port in `avoid` and their
+    side ports (configs running in parallel)."""
+    taken = set().union(*(side_ports(a) for a in avoid)) if avoid else set()
+    lo_e, hi_e = ephemeral_range()
+    candidates = [p for p in range(PORT_LOW, PORT_HIGH + 1) if not lo_e <= p <= hi_e]
+    if not candidates:              # the whole range is ephemeral: any port will do
+        candidates = list(range(1024, 65535 - 240))
+    for port in random.sample(candidates, min(200, len(candidates))):
+        block = side_ports(port)
+        if block & taken:
+            continue
+        if all(port_free(p, host) for p in block):
             return port
-    raise LaunchFailed("could not find a free port")
+    raise LaunchFailed(f"could not find a free port in {PORT_LOW}..{PORT_HIGH} (with SGLang's "
+                       "side ports); free some, or set `port` in the sweep file")
 
 
 def log_tail(path: str | Path, max_lines: int = 40, max_bytes: int = 16384) -> str:
@@ -196,56 +296,23 @@ def log_tail(path: str | Path, max_lines: int = 40, max_bytes: int = 16384) -> s
     return "\n".join(lines[-max_lines:])
 
 
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (state first), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()
+_descendants = procs.descendants
+_alive = procs.alive
+_group_alive = procs.group_alive
+_signal = procs.signal_pid
+_signal_group = procs.signal_group
 
 
-def _descendants(root: int) -> dict[int, str]:
-    """{pid: start time} of every live descendant of `root`, from /proc (Linux)."""
-    children: dict[int, list[int]] = {}
-    start: dict[int, str] = {}
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return {}
-    for pid in pids:
-        rest = _proc_stat(pid)
-        if rest is None or rest[0] == "Z":
-            continue
-        children.setdefault(int(rest[1]), []).append(pid)
-        start[pid] = rest[19]
-    out, todo = {}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out[child] = start[child]
-            todo.append(child)
-    return out
-
-
-def _alive(pid: int, started: str | None) -> bool:
-    """Is this pid still the same live (non-zombie) process?"""
-    rest = _proc_stat(pid)
-    return rest is not None and rest[0] != "Z" and (started is None or rest[19] == started)
-
-
-def _group_alive(pgid: int) -> list[int]:
-    """Live (non-zombie) members of a process group."""
-    out = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return out
-    for pid in pids:
-        rest = _proc_stat(pid)
-        if rest is not None and rest[0] != "Z" and int(rest[2]) == pgid:
-            out.append(pid)
-    return out
+def launch_line(argv: list[str]) -> str:
+    """The command as one shell line: every argument quoted, control characters escaped, so a
+    newline in a flag cannot start a forged line in the server log."""
+    parts = []
+    for a in argv:
+        if a.isprintable():
+            parts.append(shlex.quote(a))
+        else:
+            parts.append("$'" + a.encode("unicode_escape").decode().replace("'", "\\'") + "'")
+    return " ".join(parts)
 
 
 @dataclass
@@ -262,30 +329,52 @@ class StopReport:
 
 
 class Server:
-    """One server process group. Use `start()`, `wait_ready()`, then always `stop()`."""
+    """One server process group. Use `start()`, `wait_ready()`, then always `stop()`.
+    `grace_s`: how long the watchdog waits between SIGTERM and SIGKILL if specwatch dies."""
 
     def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: str | Path,
-                 cwd: str | Path | None = None):
+                 cwd: str | Path | None = None, grace_s: float = 10.0):
         self.argv, self.env, self.port = argv, env, port
         self.log_path = Path(log_path)
         self.cwd = cwd
+        self.grace_s = grace_s
         self.proc: subprocess.Popen | None = None
+        self.guard: procs.Guard | None = None
+        self.pidfile = self.log_path.with_name(self.log_path.stem + procs.PIDFILE_SUFFIX)
         self._seen: dict[int, str] = {}      # descendants seen while running: {pid: start time}
         self.started_at: float | None = None
 
     def start(self) -> None:
-        """Spawn the server in a new session (its own process group), appending to the log."""
+        """Spawn the server in a new session (its own process group), appending to the log,
+        under a watchdog, with a pid file next to the log."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            log.write(("specwatch: launching " + " ".join(self.argv) + "\n").encode())
+            log.write(("specwatch: launching " + launch_line(self.argv) + "\n").encode())
             log.flush()
+            self.guard = procs.Guard(self.grace_s, log)
             try:
                 self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdout=log,
                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                              start_new_session=True)
             except OSError as exc:
+                self.guard.release()
+                self.guard = None
                 raise LaunchFailed(f"cannot run {self.argv[0]}: {exc.strerror}") from None
+            self.guard.watch(self.proc)
+        procs.write_pidfile(self.pidfile, self.proc.pid, port=self.port, log=str(self.log_path))
         self.started_at = time.monotonic()
+
+    def owns_port(self) -> bool:
+        """Is the listener on our port this server's (its group's or a descendant's) socket?"""
+        return self.proc is not None and procs.listener_owned(self.port, self.proc.pid)
+
+    def check_owned(self) -> None:
+        """Raise LaunchFailed when another process answers on our port."""
+        if not self.owns_port():
+            raise LaunchFailed(
+                f"port {self.port} is answered by a listener that is not this server's process "
+                f"group (pid {self.pid}); another server took the port, so its numbers would not "
+                "be ours; stop it or let specwatch pick the port")
 
     @property
     def pid(self) -> int | None:
@@ -330,12 +419,15 @@ class Server:
         while True:
             code = self.exited()
             if code is not None:
-                raise LaunchFailed(f"server exited with code {code} before it was ready")
+                cause = failure_cause(self.log_path)
+                where = f"server exited with code {code} before it was ready; log: {self.log_path}"
+                raise LaunchFailed(f"{cause} ({where})" if cause else where)
             if stop is not None and stop.is_set():
                 raise LaunchFailed("interrupted while waiting for the server to be ready")
             self.note_children()
             last = self.health(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
             if last == 200:
+                self.check_owned()
                 return time.monotonic() - t0
             if time.monotonic() >= deadline:
                 what = f"last /health answer: {last}" if last else "nothing answered on the port"
@@ -348,6 +440,15 @@ class Server:
         t0 = time.monotonic()
         if self.proc is None:
             return StopReport(None, False, [], port_free(self.port), 0.0)
+        try:
+            return self._stop(grace_s, t0)
+        finally:
+            procs.remove_pidfile(self.pidfile)
+            if self.guard is not None:
+                self.guard.release()
+                self.guard = None
+
+    def _stop(self, grace_s: float, t0: float) -> StopReport:
         self.note_children()
         pgid = self.proc.pid             # leader of its own session: pgid == pid
         killed = False
@@ -388,17 +489,3 @@ class Server:
             time.sleep(0.1)
             free = port_free(self.port)
         return StopReport(code, killed, survivors, free, time.monotonic() - t0)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -41,10 +41,18 @@ configs to compare. A no-speculation baseline (one per TP size) is always added.
 
 Keys of `[[grid]]` and `[[config]]`: `draft_model`, `speculative_algorithm`,
 `speculative_num_steps`, `speculative_eagle_topk`, `speculative_num_draft_tokens`, `tp_size`,
+`dp_size`, `pp_size` (a config occupies tp*pp*dp GPUs, tp*pp with --enable-dp-attention),
 `aux_layer_ids` (a list of ints; written into a copy of the draft's config.json as
 `eagle_config.eagle_aux_hidden_state_layer_ids`; needs a local draft dir) and `server_flags`
 (extra flags for this config). In a grid every key may be a list of values; for `aux_layer_ids` and
 `server_flags`, whose values are lists themselves, a list of lists is swept.
+
+Names (the sweep's and each `[[config]] name`) become directories and run ids: letters, digits,
+'.', '_' or '-', starting with a letter or digit, at most 100 characters; `baseline` and
+`baseline-*` are reserved for the baselines. `env` keys are environment variable names; no string
+that reaches a command line or the environment may hold a NUL, and no flag a newline or other
+control character. Flags specwatch sets itself (`--port`, `--host`, `--model-path`, `--tp-size`,
+`--dp-size`, `--pp-size` and their aliases) are refused in `server_flags`: use the keys.
 
 Invalid combinations (draft tokens > steps*topk+1, topk = 1 with draft tokens != steps+1, topk > 1
 without draft tokens, draft tokens < 2, duplicates) are skipped with a reason; a TOML syntax error,
@@ -110,6 +118,8 @@ class Config:
     server_flags: tuple[str, ...]
     extra_flags: tuple[str, ...]
     where: str
+    dp_size: int = 1
+    pp_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -159,8 +169,18 @@ WORKLOAD_KEYS = {
 CONFIG_KEYS = {
     "draft_model": _STR, "speculative_algorithm": _STR, "speculative_num_steps": _INT,
     "speculative_eagle_topk": _INT, "speculative_num_draft_tokens": _INT, "tp_size": _INT,
-    "aux_layer_ids": _INT_LIST, "server_flags": _STR_LIST,
+    "dp_size": _INT, "pp_size": _INT, "aux_layer_ids": _INT_LIST, "server_flags": _STR_LIST,
 }
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+NAME_MAX = 100
+RESERVED_NAME = re.compile(r"baseline(-.*)?", re.IGNORECASE)
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Flags `launch.command` sets from the sweep's keys; a second copy in server_flags would win.
+OWN_FLAGS = {"--port": "port", "--host": "(always 127.0.0.1)", "--model-path": "model",
+             "--model": "model", "--tp-size": "tp_size", "--tp": "tp_size",
+             "--tensor-parallel-size": "tp_size", "--dp-size": "dp_size", "--dp": "dp_size",
+             "--data-parallel-size": "dp_size", "--pp-size": "pp_size", "--pp": "pp_size",
+             "--pipeline-parallel-size": "pp_size"}
 _LIST_VALUED = {"aux_layer_ids", "server_flags"}   # values that are lists themselves
 
 DEFAULTS = {
@@ -268,9 +288,7 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
         raise SweepFileError(f"{path}:1: model: missing; name the target model, e.g. "
                              f"model = \"builtin:target\" or a local model directory")
     name = data.get("name", Path(path).stem)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name):
-        raise SweepFileError(f"{lines.at('', 'name')}: name: {name!r} must be letters, digits, "
-                             "'.', '_' or '-' (it names directories)")
+    check_name(name, lines.at('', 'name'), "name")
     concurrency = data.get("concurrency", [1])
     if not concurrency or any(c < 1 for c in concurrency):
         raise SweepFileError(f"{lines.at('', 'concurrency')}: concurrency: give a non-empty list "
@@ -285,9 +303,22 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise SweepFileError(f"{lines.at('', 'env')}: env: expected a table of strings, e.g. "
                              "env = {SGLANG_LOG_MS = \"1\"}")
+    for key, value in env.items():
+        where = lines.at('env', key) if any(n == 'env' for n, *_ in lines.sections) \
+            else lines.at('', 'env')
+        if not ENV_KEY_RE.fullmatch(key):
+            raise SweepFileError(f"{where}: env: {key!r} is not an environment variable name "
+                                 "(letters, digits and '_', not starting with a digit)")
+        if "\0" in value:
+            raise SweepFileError(f"{where}: env.{key}: the value holds a NUL character")
     launch_command = data.get("launch_command")
     if launch_command is not None and not launch_command:
         raise SweepFileError(f"{lines.at('', 'launch_command')}: launch_command: must not be empty")
+    for key in ("launch_command", "server_flags", "model", "draft_model", "sglang_version",
+                "speculative_algorithm"):
+        if key in data:
+            check_argv_strings(data[key], lines.at('', key), key,
+                               own_flags=key == "server_flags")
     defaults = DEFAULTS[engine]
     timeouts = {}
     for key in ("startup_timeout_s", "request_timeout_s", "stop_grace_s"):
@@ -303,6 +334,34 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
         sglang_version=data.get("sglang_version"), model=data["model"], port=port,
         env=tuple(sorted(env.items())), concurrency=tuple(concurrency), repeats=repeats,
         workload=workload, configs=tuple(configs), skipped=tuple(skipped), **timeouts)
+
+
+def check_name(name: str, where: str, key: str) -> None:
+    """A sweep or config name: it becomes a directory and part of run ids."""
+    shown = json.dumps(name if len(name) <= 60 else name[:60] + "...")
+    if len(name) > NAME_MAX:
+        raise SweepFileError(f"{where}: {key}: {shown} is {len(name)} characters; at most "
+                             f"{NAME_MAX} (it names a directory)")
+    if not NAME_RE.fullmatch(name):
+        raise SweepFileError(f"{where}: {key}: {shown} must be letters, digits, '.', '_' or '-', "
+                             "starting with a letter or digit (it names a directory, so no '/', "
+                             "'..' or control characters)")
+
+
+def check_argv_strings(value, where: str, key: str, own_flags: bool = False) -> None:
+    """Strings bound for a command line: no NUL, no newline or other control character (the
+    launch line is logged), and in server_flags none of the flags specwatch sets itself."""
+    for v in value if isinstance(value, list) else [value]:
+        if not isinstance(v, str):
+            continue
+        if not v.isprintable():
+            bad = next(ch for ch in v if not ch.isprintable())
+            raise SweepFileError(f"{where}: {key}: {json.dumps(v)} holds the control character "
+                                 f"{bad!r}; flags and paths must be printable")
+        flag = v.split("=", 1)[0]
+        if own_flags and flag in OWN_FLAGS:
+            raise SweepFileError(f"{where}: {key}: {flag} is set by specwatch itself; use the "
+                                 f"sweep key {OWN_FLAGS[flag]} instead")
 
 
 def _check_keys(table: dict, known: dict[str, str], lines: _Lines, section: str, index: int,
@@ -419,8 +478,19 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
                 if key not in keys:
                     raise SweepFileError(
                         f"{lines.at(section, key, i)}: {_unknown(key, keys, f'[[{section}]]')}")
+            for key in ("server_flags", "draft_model", "speculative_algorithm"):
+                if key in t:
+                    check_argv_strings(t[key], lines.at(section, key, i), key,
+                                       own_flags=key == "server_flags")
             if section == "config":
                 _check_keys(t, keys, lines, section, i, "[[config]]")
+                if "name" in t:
+                    where_name = lines.at(section, "name", i)
+                    check_name(t["name"], where_name, "name")
+                    if RESERVED_NAME.fullmatch(t["name"]):
+                        raise SweepFileError(
+                            f"{where_name}: name: {t['name']!r} is reserved for the "
+                            "no-speculation baselines specwatch adds; pick another name")
                 candidates.append((dict(t), lines.at(section, None, i), "name" in t))
                 continue
             swept = {k: _grid_values(k, v, lines, lines.at(section, k, i)) for k, v in t.items()}
@@ -451,7 +521,8 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
             speculative_num_steps=steps, speculative_eagle_topk=topk,
             speculative_num_draft_tokens=draft_tokens, tp_size=merged.get("tp_size", 1),
             aux_layer_ids=tuple(aux) if aux is not None else None,
-            server_flags=base_flags + extra, extra_flags=extra, where=where)
+            server_flags=base_flags + extra, extra_flags=extra, where=where,
+            dp_size=merged.get("dp_size", 1), pp_size=merged.get("pp_size", 1))
         name = values["name"] if named else _auto_name(cfg, defaults["draft_model"])
         cfg = _replace_name(cfg, name)
         key = _identity(cfg)
@@ -465,13 +536,15 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
         configs.append(cfg)
 
     baselines = []
-    for tp in sorted({c.tp_size for c in configs} or {1}):
+    for tp, dp, pp in sorted({(c.tp_size, c.dp_size, c.pp_size) for c in configs} or {(1, 1, 1)}):
+        suffix = "".join(f"-{k}{n}" for k, n in (("tp", tp), ("dp", dp), ("pp", pp)) if n != 1)
         baselines.append(Config(
-            name="baseline" if tp == 1 else f"baseline-tp{tp}", is_baseline=True,
+            name="baseline" + suffix, is_baseline=True,
             model=data["model"], draft_model=None, speculative_algorithm=None,
             speculative_num_steps=None, speculative_eagle_topk=None,
             speculative_num_draft_tokens=None, tp_size=tp, aux_layer_ids=None,
-            server_flags=base_flags, extra_flags=(), where=f"{lines.path}:1"))
+            server_flags=base_flags, extra_flags=(), where=f"{lines.path}:1",
+            dp_size=dp, pp_size=pp))
     return baselines + configs, skipped
 
 
@@ -489,8 +562,13 @@ def _invalid(v: dict, data: dict) -> str | None:
         return f"speculative_num_steps={steps}: must be >= 1"
     if topk < 1:
         return f"speculative_eagle_topk={topk}: must be >= 1"
-    if v.get("tp_size", 1) < 1:
-        return f"tp_size={v['tp_size']}: must be >= 1"
+    for key in ("tp_size", "dp_size", "pp_size"):
+        if v.get(key, 1) < 1:
+            return f"{key}={v[key]}: must be >= 1"
+    flags = list(data.get("server_flags", [])) + list(v.get("server_flags", []))
+    if "--enable-dp-attention" in flags and v.get("tp_size", 1) % v.get("dp_size", 1):
+        return (f"dp_size={v.get('dp_size', 1)} with --enable-dp-attention must divide "
+                f"tp_size={v.get('tp_size', 1)} (SGLang asserts tp_size % dp_size == 0)")
     if draft is None:
         if topk > 1:
             return (f"speculative_eagle_topk={topk} needs speculative_num_draft_tokens (at most "
@@ -516,8 +594,9 @@ def _auto_name(c: Config, default_draft: str | None) -> str:
                              .removeprefix(BUILTIN_PREFIX))
     if c.aux_layer_ids is not None:
         name += "-aux" + "_".join(str(i) for i in c.aux_layer_ids)
-    if c.tp_size != 1:
-        name += f"-tp{c.tp_size}"
+    for key, n in (("tp", c.tp_size), ("dp", c.dp_size), ("pp", c.pp_size)):
+        if n != 1:
+            name += f"-{key}{n}"
     if c.extra_flags:
         name += "-f" + hashlib.sha1(json.dumps(c.extra_flags).encode()).hexdigest()[:6]
     return name
@@ -530,5 +609,5 @@ def _replace_name(c: Config, name: str) -> Config:
 
 def _identity(c: Config) -> tuple:
     return (c.draft_model, c.speculative_algorithm, c.speculative_num_steps,
-            c.speculative_eagle_topk, c.speculative_num_draft_tokens, c.tp_size, c.aux_layer_ids,
-            c.server_flags)
+            c.speculative_eagle_topk, c.speculative_num_draft_tokens, c.tp_size, c.dp_size,
+            c.pp_size, c.aux_layer_ids, c.server_flags)

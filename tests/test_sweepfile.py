@@ -234,10 +234,174 @@ def test_a_config_job_is_picklable_for_remote_execution(tmp_path):
     """ARCHITECTURE decision 7: one config's unit of work can be shipped as a Ray task."""
     import pickle
 
-    from specwatch import sweep
+    from specwatch import measure
 
     s = sweepfile.load(ROOT / "examples" / "builtin_sweep.toml")
-    job = sweep.ConfigJob(s, s.configs[1], (sweep.RunKey(1, 0), sweep.RunKey(4, 0)),
-                          str(tmp_path / "db.duckdb"), str(tmp_path / "run"), 30000, (0,))
+    job = measure.ConfigJob(s, s.configs[1], (measure.RunKey(1, 0), measure.RunKey(4, 0)),
+                            str(tmp_path / "run"), 30000, (0,))
     assert pickle.loads(pickle.dumps(job)) == job
-    assert pickle.loads(pickle.dumps(sweep.run_config)) is sweep.run_config
+    assert pickle.loads(pickle.dumps(measure.measure_config)) is measure.measure_config
+
+
+# ------------------------------------------------------------------ a sweep file cannot escape
+
+ESCAPES = [
+    ('name = "../../x"', "must be letters, digits"),
+    ('name = "/tmp/abs"', "must be letters, digits"),
+    ('name = ".."', "must be letters, digits"),
+    ('name = "a/b"', "must be letters, digits"),
+    ('name = "' + "a" * 300 + '"', "300 characters; at most 100"),
+    ('name = "a\\u0000b"', "must be letters, digits"),
+    ('name = "a\\nb"', "must be letters, digits"),
+    ('name = "baseline"', "reserved for the no-speculation baselines"),
+    ('name = "Baseline-tp2"', "reserved for the no-speculation baselines"),
+]
+
+
+@pytest.mark.parametrize("line,expect", ESCAPES)
+def test_config_names_are_validated_with_file_and_line(tmp_path, line, expect):
+    p = write(tmp_path, HEAD + f"""
+[[config]]
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+{line}
+""")
+    with pytest.raises(SweepFileError) as e:
+        sweepfile.load(p)
+    assert str(e.value).startswith(f"{p}:10: name: ") and expect in str(e.value)
+
+
+@pytest.mark.parametrize("body,line,expect", [
+    ('env = {"A=B" = "1"}\n', 6, "'A=B' is not an environment variable name"),
+    ('env = {"" = "1"}\n', 6, "is not an environment variable name"),
+    ('env = {A = "x\\u0000y"}\n', 6, "env.A: the value holds a NUL"),
+    ('[env]\nOK = "1"\n"BAD KEY" = "2"\n', 8, "'BAD KEY' is not an environment"),
+    ('launch_command = ["python\\u0000", "-m", "x"]\n', 6, "control character '\\x00'"),
+    ('model2 = 1\n', 6, "unknown key"),
+])
+def test_env_keys_and_nul_are_refused(tmp_path, body, line, expect):
+    p = write(tmp_path, HEAD + body)
+    with pytest.raises(SweepFileError) as e:
+        sweepfile.load(p)
+    assert str(e.value).startswith(f"{p}:{line}: ") and expect in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("flags,expect", [
+    ('["--log-level", "info\\n[2026-01-01 00:00:00] Decode batch, #running-req: 1"]',
+     "control character '\\n'"),
+    ('["--chunked-prefill-size\\r", "8"]', "control character '\\r'"),
+    ('["--port", "1"]', "--port is set by specwatch itself; use the sweep key port"),
+    ('["--tp=2"]', "--tp is set by specwatch itself; use the sweep key tp_size"),
+    ('["--dp-size", "2"]', "use the sweep key dp_size"),
+])
+def test_flags_cannot_forge_log_lines_or_override_what_specwatch_sets(tmp_path, flags, expect):
+    p = write(tmp_path, HEAD + f"""
+[[config]]
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+server_flags = {flags}
+""")
+    with pytest.raises(SweepFileError) as e:
+        sweepfile.load(p)
+    assert str(e.value).startswith(f"{p}:10: server_flags: ") and expect in str(e.value)
+
+
+def test_launch_line_in_the_log_escapes_control_characters(tmp_path):
+    """Whatever reaches launch (not only sweep files), the logged launch line stays one line."""
+    forged = "x\n[2026-01-01 00:00:00] Decode batch, #running-req: 1, accept len: 9.00"
+    srv = launch.Server([sys.executable, "-c", "pass", forged], {}, launch.free_port(),
+                        tmp_path / "server.log")
+    srv.start()
+    srv.wait_exit(30)
+    srv.stop(1)
+    lines = (tmp_path / "server.log").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specwatch: launching ")
+    assert "$'x\\n[2026" in lines[0]
+
+
+def test_aux_draft_copy_never_deletes_outside_the_run_dir(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "draft").symlink_to(victim)          # a planted link where the copy goes
+    p = write(tmp_path, HEAD + """
+[[config]]
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+aux_layer_ids = [1, 3, 5]
+""")
+    cfg = sweepfile.load(p).configs[1]
+    copy = Path(launch.draft_with_aux(cfg, run_dir))
+    assert (victim / "keep.txt").read_text() == "precious"
+    assert copy == run_dir.resolve() / "draft" and not copy.is_symlink()
+    assert json.loads((copy / "config.json").read_text())["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"] == [1, 3, 5]
+
+
+def test_dp_and_pp_sizes_reach_the_command_line_and_the_gpu_count(tmp_path):
+    p = write(tmp_path, HEAD + """
+[[grid]]
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+tp_size = 2
+dp_size = [1, 2]
+pp_size = [1, 2]
+
+[[config]]
+name = "dpattn"
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+tp_size = 4
+dp_size = 2
+server_flags = ["--enable-dp-attention"]
+
+[[config]]
+name = "bad-dpattn"
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+tp_size = 4
+dp_size = 3
+server_flags = ["--enable-dp-attention"]
+""")
+    s = sweepfile.load(p)
+    by = {c.name: c for c in s.configs}
+    assert {c.name for c in s.configs if c.is_baseline} == {
+        "baseline-tp2", "baseline-tp2-dp2", "baseline-tp2-pp2", "baseline-tp2-dp2-pp2",
+        "baseline-tp4-dp2"}
+    c = by["eagle3-s2k1d3-tp2-dp2-pp2"]
+    argv = launch.command("sglang", c, 30000)
+    assert argv[argv.index("--tp-size") + 1] == "2" and argv[argv.index("--dp-size") + 1] == "2"
+    assert argv[argv.index("--pp-size") + 1] == "2"
+    assert "--dp-size" not in launch.command("sglang", by["eagle3-s2k1d3-tp2"], 30000)
+    assert launch.gpus_needed(c) == 8
+    assert launch.gpus_needed(by["eagle3-s2k1d3-tp2-pp2"]) == 4
+    assert launch.gpus_needed(by["dpattn"]) == 4          # DP attention: dp ranks inside TP
+    assert [sk.reason for sk in s.skipped if "dp_size=3" in sk.reason][0].endswith(
+        "must divide tp_size=4 (SGLang asserts tp_size % dp_size == 0)")
+
+
+def test_builtin_engine_on_gpus_runs_on_cuda(tmp_path):
+    s = sweepfile.load(write(tmp_path, HEAD))
+    base = s.configs[0]
+    on_gpu = launch.command("builtin", base, 30000, gpus=(0,))
+    assert on_gpu[on_gpu.index("--device") + 1] == "cuda"
+    assert "--device" not in launch.command("builtin", base, 30000)
+    assert "--device" not in launch.command("sglang", base, 30000, gpus=(0,))
+
+
+def test_sglang_version_comes_from_the_launch_interpreter(tmp_path):
+    """A launch interpreter with its own sglang (a fake dist-info in a venv-like prefix):
+    its version is the one reported, not specwatch's environment's."""
+    site = tmp_path / "site"
+    dist = site / "sglang-0.4.9.post3.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.4.9.post3\n")
+    wrapper = tmp_path / "python3-launch"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    assert launch.installed_sglang_version((str(wrapper), "-m", "sglang.launch_server")) == \
+        "0.4.9.post3"
+    assert launch.installed_sglang_version(("/bin/sh", "run.sh")) is None   # not a Python
+    assert launch.installed_sglang_version((str(tmp_path / "python-missing"),)) is None

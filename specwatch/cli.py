@@ -232,38 +232,99 @@ def serve(args):
 @click.argument("sweep_file", type=click.Path(exists=True, dir_okay=False))
 @db_option
 @click.option("--out-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
-              help="Where server logs and per-run files go.")
+              help="Where server logs and per-run Parquet files go.")
 @click.option("--gpus", default=None, help="GPU ids to place configs on, e.g. 0,1,2,3 (default: CPU).")
-@click.option("--force", is_flag=True, help="Re-run configs that already finished.")
+@click.option("--force", is_flag=True, help="Re-run configs that already finished ok.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def run_sweep(sweep_file, db, out_dir, gpus, force, as_json):
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True, help="Where configs run: this host, or one Ray task per config.")
+@click.option("--ray-address", default="auto", show_default=True,
+              help="Ray cluster to join with --executor ray (`auto`: the usual Ray discovery).")
+@click.option("--endpoint", default=None, metavar="URL",
+              help="Attach mode: measure the sweep's one speculative config on this running "
+                   "server (http://HOST:PORT); nothing is launched.")
+@click.option("--log", "log_path", default=None, type=click.Path(dir_okay=False),
+              help="Attach mode: that server's log file, read during the load.")
+@click.option("--baseline-endpoint", default=None, metavar="URL",
+              help="Attach mode: the baseline (no speculation) server.")
+@click.option("--baseline-log", default=None, type=click.Path(dir_okay=False),
+              help="Attach mode: the baseline server's log file.")
+def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_address, endpoint,
+              log_path, baseline_endpoint, baseline_log):
     """Run every config of a sweep (plus a no-speculation baseline): launch the server, drive the
-    load, ingest its log, stop it, and print the comparison table. Re-running resumes.
+    load, ingest its log, stop it, and print the comparison table. Re-running resumes (configs
+    that failed are retried). Exit 0 when every config is ok, 1 when one is failed (also from an
+    earlier run), 130 when stopped by Ctrl-C, SIGTERM or SIGHUP.
 
     Example: specwatch run-sweep examples/builtin_sweep.toml --db runs.duckdb
     """
-    from specwatch import sweep
+    import dataclasses
 
+    from specwatch import query, sweep
+
+    attach = None
+    if endpoint or baseline_endpoint:
+        attach = {}
+        if endpoint:
+            attach["spec"] = (endpoint, log_path)
+        if baseline_endpoint:
+            attach["baseline"] = (baseline_endpoint, baseline_log)
+        if executor != "local":
+            raise click.ClickException("--endpoint attaches to running servers; it cannot be "
+                                       "combined with --executor ray")
+    elif log_path or baseline_log:
+        raise click.ClickException("--log and --baseline-log go with --endpoint / "
+                                   "--baseline-endpoint (attach mode)")
     try:
-        code = sweep.run_sweep_cli(sweep_file, db=db, out_dir=out_dir, gpus=gpus, force=force,
-                                   as_json=as_json)
-    except (sweep.SweepError, store.StoreError) as exc:
+        spec, result = sweep.run_sweep_main(sweep_file, db=db, out_dir=out_dir, gpus=gpus,
+                                            force=force, executor=executor,
+                                            ray_address=ray_address, attach=attach)
+        res = query.report(db, sweep=spec.name)
+        failed = sweep.failed_configs(db, spec)
+    except (sweep.SweepError, store.StoreError, query.QueryError) as exc:
         raise click.ClickException(str(exc))
-    sys.exit(code)
+    if as_json:
+        payload = {
+            "sweep": spec.name, "interrupted": result.interrupted, "failed_configs": failed,
+            "configs": [o.summary() for o in result.outcomes],
+            "up_to_date": result.up_to_date,
+            "skipped": [dataclasses.asdict(s) for s in result.skipped],
+            "report": [dict(zip(res.columns, r)) for r in res.rows],
+        }
+        json.dump(payload, sys.stdout, default=str, indent=1)
+        sys.stdout.write("\n")
+    else:
+        keep = [i for i, col in enumerate(res.columns)
+                if any(r[i] is not None for r in res.rows) and col not in (
+                    "sweep_name", "model_path", "baseline_run_id", "dp_size")]
+        render([res.columns[i] for i in keep], [tuple(r[i] for i in keep) for r in res.rows],
+               "table")
+        if failed:
+            click.echo(f"failed configs (see failure_reason in runs; re-run to retry): "
+                       f"{', '.join(failed)}", err=True)
+    sys.exit(130 if result.interrupted else 1 if failed else 0)
 
 
 @cli.command()
 @db_option
 @click.option("--port", default=8501, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True)
-def dashboard(db, port, host):
-    """Start the Streamlit dashboard comparing configs (reads the database read-only).
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind. Anything but loopback needs --allow-remote.")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow a non-loopback --host; every page then requires the access token.")
+@click.option("--token", default=None, envvar="SPECWATCH_DASHBOARD_TOKEN",
+              help="Access token (default with --allow-remote: a random one, printed).")
+def dashboard(db, port, host, allow_remote, token):
+    """Start the Streamlit dashboard comparing configs (reads the database read-only). It binds
+    127.0.0.1; from a laptop use `ssh -L 8501:127.0.0.1:8501 HOST`. Binding elsewhere needs
+    --allow-remote and serves only requests with `?token=...` (printed at start).
 
     Example: specwatch dashboard --db runs.duckdb --port 8501
     """
     from specwatch import dashboard_launch
 
-    sys.exit(dashboard_launch.main(db=db, port=port, host=host))
+    sys.exit(dashboard_launch.main(db=db, port=port, host=host, allow_remote=allow_remote,
+                                   token=token))
 
 
 @cli.command()

@@ -16,7 +16,7 @@ Failures are data: an HTTP error, a refused connection or a timeout becomes a ro
 False` and the error text. `probe()` sends one request first and fails fast when the server cannot
 serve at all. `summarize()` turns rows into the run's client-side numbers.
 
-Not here: starting servers (see `launch`), storing rows (see `sweep`).
+Not here: starting servers (see `launch`), storing rows (see `writer`).
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ import datetime as dt
 import http.client
 import json
 import math
+import socket
+import urllib.parse
 import random
 import threading
 import time
@@ -162,8 +164,34 @@ def build_requests(workload: Workload, prompts: list[str]) -> tuple[list[Request
 
 # ------------------------------------------------------------------------------- HTTP
 
-def _post(port: int, path: str, body: dict | None, timeout_s: float) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
+def target_of(endpoint: str) -> tuple[str, int]:
+    """(host, port) of an endpoint URL such as http://10.0.0.5:30000 (attach mode)."""
+    u = urllib.parse.urlsplit(endpoint if "//" in endpoint else "http://" + endpoint)
+    if u.scheme not in ("http", "") or not u.hostname or u.path not in ("", "/"):
+        raise LoadError(f"endpoint {endpoint!r}: expected http://HOST:PORT (no path; https is not "
+                        "supported)")
+    try:
+        return u.hostname, u.port or 80
+    except ValueError as exc:
+        raise LoadError(f"endpoint {endpoint!r}: {exc}") from None
+
+
+def _conn(target, timeout_s: float) -> http.client.HTTPConnection:
+    """`target`: a port on 127.0.0.1 (launched servers) or (host, port) (attach mode)."""
+    host, port = target if isinstance(target, tuple) else (HOST, target)
+    return http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+
+def health(target, timeout_s: float = 5.0) -> int | None:
+    """HTTP status of GET /health, or None if nothing answers."""
+    try:
+        return _get(target, "/health", timeout_s)[0]
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def _post(port, path: str, body: dict | None, timeout_s: float) -> tuple[int, bytes]:
+    conn = _conn(port, timeout_s)
     try:
         data = json.dumps(body).encode() if body is not None else b""
         conn.request("POST", path, data, {"Content-Type": "application/json"})
@@ -173,8 +201,8 @@ def _post(port: int, path: str, body: dict | None, timeout_s: float) -> tuple[in
         conn.close()
 
 
-def _get(port: int, path: str, timeout_s: float) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
+def _get(port, path: str, timeout_s: float) -> tuple[int, bytes]:
+    conn = _conn(port, timeout_s)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -231,8 +259,8 @@ def server_accept_len(info: dict | None) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def send(port: int, spec: RequestSpec, idx: int, is_warmup: bool, temperature: float,
-         seed: int | None, timeout_s: float) -> RequestResult:
+def send(port, spec: RequestSpec, idx: int, is_warmup: bool, temperature: float,
+         seed: int | None, timeout_s: float, conns: set | None = None) -> RequestResult:
     """One streaming /generate; never raises for server or network problems."""
     res = RequestResult(request_idx=idx, is_warmup=is_warmup, success=False,
                         started_at=dt.datetime.now())
@@ -243,7 +271,9 @@ def send(port: int, spec: RequestSpec, idx: int, is_warmup: bool, temperature: f
     t0 = time.perf_counter()
     res.started_mono = time.monotonic()
     last_t, last_n, meta = None, 0, None
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
+    conn = _conn(port, timeout_s)
+    if conns is not None:
+        conns.add(conn)
     try:
         conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -273,11 +303,16 @@ def send(port: int, spec: RequestSpec, idx: int, is_warmup: bool, temperature: f
                 gap = (now - last_t) * 1000 / (n - last_n)
                 res.itl_ms.extend([gap] * (n - last_n))
             last_t, last_n = now, n
+    except TimeoutError:
+        res.error = f"TimeoutError: no answer within {timeout_s:.0f} s (timed out)"
+        return res
     except (OSError, http.client.HTTPException, json.JSONDecodeError, ValueError) as exc:
         res.error = f"{type(exc).__name__}: {exc}"
         return res
     finally:
         conn.close()
+        if conns is not None:
+            conns.discard(conn)
         res.finished_mono = time.monotonic()
     end = time.perf_counter()
     if meta is None:
@@ -322,30 +357,84 @@ class LoadResult:
     results: list[RequestResult]
     wall_s: float                   # first send -> last completion
     interrupted: bool = False
+    aborted: str | None = None      # why the load was cut short (a hung server), else None
 
 
-def run(port: int, specs: list[RequestSpec], concurrency: int, temperature: float, seed: int,
+# Hang detection: a server that stops answering would otherwise cost num_prompts x timeout.
+HANG_TIMEOUTS = 3                   # this many requests timing out in a row abort the load
+HEALTH_EVERY_S = 5.0                # /health is probed this often during a load ...
+HEALTH_FAILURES = 2                 # ... and this many failed probes in a row abort it
+
+
+def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, seed: int,
         timeout_s: float, is_warmup: bool = False, first_idx: int = 0,
         stop: threading.Event | None = None, on_done=None) -> LoadResult:
     """Send `specs` with at most `concurrency` in flight (closed loop, like bench_serving's
-    --max-concurrency). `stop` set: no new requests are sent; those in flight finish."""
+    --max-concurrency). `stop` set: no new requests are sent; those in flight finish.
+
+    A hung server aborts the load instead of costing len(specs) x timeout_s: after HANG_TIMEOUTS
+    consecutive request timeouts, or HEALTH_FAILURES consecutive failed /health probes (one every
+    HEALTH_EVERY_S), nothing more is sent and the requests in flight are cut (their sockets shut
+    down); `aborted` says why."""
     results: list[RequestResult | None] = [None] * len(specs)
     t0 = time.monotonic()
+    abort = threading.Event()
+    why: list[str] = []
+    conns: set = set()
+    lock = threading.Lock()
+    streak = [0]
+
+    def cut(reason: str) -> None:
+        with lock:
+            if abort.is_set():
+                return
+            why.append(reason)
+            abort.set()
+            for conn in list(conns):
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                except (OSError, AttributeError):
+                    pass
 
     def one(i: int) -> None:
-        if stop is not None and stop.is_set():
+        if (stop is not None and stop.is_set()) or abort.is_set():
             return
         r = send(port, specs[i], first_idx + i, is_warmup, temperature,
-                 seed + first_idx + i, timeout_s)
+                 seed + first_idx + i, timeout_s, conns)
         results[i] = r
+        timed_out = r.error is not None and ("timed out" in r.error or "TimeoutError" in r.error)
+        with lock:
+            streak[0] = streak[0] + 1 if timed_out else 0
+            hung = streak[0] >= HANG_TIMEOUTS
+        if hung:
+            cut(f"server hangs: {HANG_TIMEOUTS} requests in a row timed out after "
+                f"{timeout_s:.0f} s (request_timeout_s); the load was aborted")
         if on_done is not None:
             on_done(r)
 
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
-        list(pool.map(one, range(len(specs))))
+    def watch() -> None:
+        failures = 0
+        while not done_evt.wait(HEALTH_EVERY_S):
+            code = health(port, timeout_s=min(timeout_s, 10.0))
+            failures = 0 if code == 200 else failures + 1
+            if failures >= HEALTH_FAILURES:
+                cut(f"server stopped answering /health during the load ({failures} probes "
+                    f"{HEALTH_EVERY_S:.0f} s apart; last answer: {code}); the load was aborted")
+                return
+
+    done_evt = threading.Event()
+    watcher = threading.Thread(target=watch, name="load-health", daemon=True)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
+            list(pool.map(one, range(len(specs))))
+    finally:
+        done_evt.set()
+        watcher.join()
     done = [r for r in results if r is not None]
     end = max((r.finished_mono for r in done if r.finished_mono), default=time.monotonic())
-    return LoadResult(done, max(end - t0, 1e-9), interrupted=len(done) < len(specs))
+    return LoadResult(done, max(end - t0, 1e-9), interrupted=len(done) < len(specs) and not why,
+                      aborted=why[0] if why else None)
 
 
 # ------------------------------------------------------------------------------- summary

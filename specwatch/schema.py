@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def _t(sql: str):
@@ -96,6 +96,20 @@ class Run:
     e2e_ms_p99: float = _t("DOUBLE")
     client_accept_len: float = _t("DOUBLE")  # Σ completion tokens / Σ spec_verify_ct of responses
     server_accept_len: float = _t("DOUBLE")  # /server_info avg_spec_accept_length after the load
+    # Where and when a sweep run was measured (measure/sweep): its position in the sweep's
+    # interleaved order and the seed that shuffled it, the GPU ids it had (JSON list), the node,
+    # how often Ray retried its task after a lost node, and the endpoint when attached (not launched).
+    run_order: int = _t("INTEGER")
+    order_seed: int = _t("BIGINT")
+    gpu_ids: str = _t("VARCHAR")
+    node_hostname: str = _t("VARCHAR")
+    ray_node_id: str = _t("VARCHAR")
+    ray_retries: int = _t("INTEGER")
+    attached_endpoint: str = _t("VARCHAR")
+    # JSON of what decides the generated tokens (sampling.sampling_fingerprint): temperature, top_p,
+    # top_k, ignore_eos, max tokens, chat template on/off, seed, prompts. NULL = unknown (ingested log).
+    # A speedup is computed only against a baseline with the same fingerprint (views.py).
+    sampling_fingerprint: str = _t("VARCHAR")
 
 
 @dataclass

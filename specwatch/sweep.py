@@ -1,387 +1,115 @@
-"""Run a sweep: for every config launch the server, load it while its log is ingested, stop it.
+"""Run a sweep: plan what is left, order the runs, hand configs to an executor, store results.
 
-The only orchestrator. `run_config(job)` measures one config end to end and is self-contained
-(a picklable `ConfigJob` in, a `ConfigOutcome` out, no module state), so it can run in a thread on
-disjoint GPUs here, or later as one Ray task per config (ARCHITECTURE decision 7). For a config:
+The orchestrator. It never measures (`measure.measure_config` does, one config per call, and never
+opens DuckDB) and never renders (`cli.py` prints). Results go to `writer.store_result`, the one
+writer, in this (the driver) process, as they arrive.
 
-  launch (own process group, log in the run dir) -> wait for /health -> probe request ->
-  warm-up requests (stored with is_warmup) -> for each concurrency and repeat:
-      POST /flush_cache (resets the server's spec counters) -> note the log size (offset_from)
-      -> load, while a thread ingests the log -> GET /server_info -> note the log size
-      (offset_to) -> ingest to the end -> one transaction: the `runs` row, its `run_sources`
-      byte range [offset_from, offset_to), its `requests`
-  -> stop the whole process group and check no process survives and the port is free.
+Plan / resume: a run whose stored row is `ok` with the same server config is skipped unless
+`force`; `failed`, `interrupted` and `running` rows (a crash) are measured again.
 
-Failures are data: a bad flag, a server that never gets ready, one that dies mid-load, a port in
-use, requests that error: each ends as `runs` rows with `status = 'failed'`, the reason and the tail
-of the server log, and the sweep goes on. Ctrl-C sends no new requests, stops the server, keeps
-what was measured (the run in progress is stored as `interrupted`) and exits 130.
+Order (interleaved repeats): runs are ordered repeat by repeat, concurrency by concurrency, and
+within each (repeat, concurrency) block the configs come in an order shuffled with a recorded
+seed (`runs.run_order`, `runs.order_seed`; the seed is the workload's). So baseline and spec runs
+alternate across repeats and a slow drift of the machine (thermal, a neighbour's job) lands on
+every config alike instead of on whichever config ran last.
 
-Resume: a run whose row is `ok` or `failed` with the same server config is skipped unless
-`force`; `interrupted` and `running` rows are measured again.
+Executors:
+- local, CPU (default): the servers of the sweep's configs are started together (at most
+  `GROUP_SIZE` at once) and **kept for all their repeats**; a turnstile lets exactly one run load
+  at a time, in the interleaved order. An idle built-in engine (or SGLang) server costs no CPU, so
+  a run measures the same as if it were alone, and one server per config across repeats is
+  faithful: restarting per repeat would only add start-up time (warm-up requests reset caches).
+- local, `--gpus`: configs on disjoint GPU sets run at the same time (a config takes tp*pp*dp
+  ids), each one's runs in the interleaved order; configs wait for free GPUs.
+- fixed `port` in the sweep file: one config at a time (they cannot share the port), each with
+  its runs in interleaved order; servers are restarted between configs, not between repeats.
+- ray (`--executor ray`, see `ray_executor`): one Ray task per config on the cluster.
+- attach (`--endpoint`): no server is launched; the load goes to running servers.
+
+Live ingest: for local executors the driver tails each server's log into the database while the
+load runs (`writer.LiveIngest`, a driver thread), so `report` and the dashboard see it early;
+measured runs are stored after every run, so a driver crash loses at most the run in progress.
+
+Signals: Ctrl-C, SIGTERM and SIGHUP all stop the sweep the same way: no new requests, servers
+stopped cleanly, what was measured stored, the run in progress stored as `interrupted`, exit 130.
+A second signal aborts at once (servers are still stopped by the `finally` blocks).
 """
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import json
-import os
+import random
 import signal
-import sys
 import threading
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from specwatch import ingest, launch, load, store, sweepfile
+from specwatch import launch, store, sweepfile, writer
+from specwatch.measure import (ConfigJob, ConfigResult, RunKey, RunResult, base_row,
+                               config_columns, measure_config, run_id, run_name)
 from specwatch.progress import Progress
 from specwatch.sweepfile import Config, Sweep
 
-FINISHED = ("ok", "failed")
-INGEST_POLL_S = 0.5
+__all__ = ["ConfigJob", "ConfigResult", "ConfigOutcome", "RunKey", "RunResult", "Progress",
+           "SweepError", "SweepResult", "plan", "run_sweep", "run_id", "run_name"]
+
+ConfigOutcome = ConfigResult        # the name older callers use
+GROUP_SIZE = 8                      # servers alive at once on CPU (local executor)
 
 
 class SweepError(RuntimeError):
     """The sweep cannot start (bad sweep file, bad --gpus, ...); the message says what to fix."""
 
 
-# ------------------------------------------------------------------------------- unit of work
-
-@dataclass(frozen=True)
-class RunKey:
-    concurrency: int
-    repeat_idx: int
-
-
-@dataclass(frozen=True)
-class ConfigJob:
-    """Everything `run_config` needs; picklable."""
-
-    sweep: Sweep
-    config: Config
-    runs: tuple[RunKey, ...]
-    db: str
-    run_dir: str
-    port: int
-    gpus: tuple[int, ...] | None = None
-    force: bool = False
-
-
-@dataclass
-class RunOutcome:
-    run_id: str
-    concurrency: int
-    repeat_idx: int
-    status: str
-    failure_reason: str | None = None
-    requests_ok: int = 0
-    requests_failed: int = 0
-    output_tok_s: float | None = None
-    load_s: float = 0.0
-
-
-@dataclass
-class ConfigOutcome:
-    config: str
-    status: str                     # ok | failed | interrupted
-    failure_reason: str | None = None
-    log_path: str | None = None
-    port: int | None = None
-    gpus: list[int] | None = None
-    runs: list[RunOutcome] = field(default_factory=list)
-    startup_s: float | None = None  # launch -> /health 200
-    warmup_s: float = 0.0           # probe + warm-up requests
-    load_s: float = 0.0             # Σ load wall time of the runs
-    stop_s: float | None = None     # SIGTERM -> group gone
-    total_s: float = 0.0
-    stop_clean: bool | None = None
-    stop_note: str | None = None
-
-    @property
-    def overhead_s(self) -> float:
-        """specwatch's own time: everything except server start-up, warm-up and the load."""
-        return self.total_s - (self.startup_s or 0.0) - self.warmup_s - self.load_s
-
-
-def run_id(sweep: str, config: str, key: RunKey) -> str:
-    return f"{sweep}/{config}/c{key.concurrency}/r{key.repeat_idx}"
-
-
-def run_name(sweep: Sweep, config: str, key: RunKey) -> str:
-    name = f"{config}/c{key.concurrency}"
-    return name + (f"/r{key.repeat_idx}" if sweep.repeats > 1 else "")
-
-
-def _config_columns(sweep: Sweep, c: Config, aux_ids) -> dict:
-    return {
-        "origin": "sweep", "sweep_name": sweep.name, "config_name": c.name,
-        "engine": sweep.engine, "is_baseline": c.is_baseline, "model_path": c.model,
-        "draft_model_path": c.draft_model, "speculative_algorithm": c.speculative_algorithm,
-        "speculative_num_steps": c.speculative_num_steps,
-        "speculative_eagle_topk": c.speculative_eagle_topk,
-        "speculative_num_draft_tokens": c.speculative_num_draft_tokens, "tp_size": c.tp_size,
-        "aux_layer_ids": json.dumps(list(aux_ids)) if aux_ids is not None else None,
-        "server_flags": json.dumps(list(c.server_flags)),
-    }
-
-
-def _write_runs(db: str, rows: list[dict], requests: dict[str, list[load.RequestResult]] = {},
-                sources: dict[str, tuple[str, int, int]] = {}, reset: bool = False) -> None:
-    """Upsert run rows, with their log ranges and request rows, in one transaction. `reset`:
-    first drop what an earlier attempt stored for these runs."""
-    with store.writer(db) as con:
-        con.execute("BEGIN")
-        try:
-            for row in rows:
-                rid = row["run_id"]
-                if reset or rid in requests:
-                    con.execute("DELETE FROM requests WHERE run_id = ?", [rid])
-                if reset or rid in sources:
-                    con.execute("DELETE FROM run_sources WHERE run_id = ?", [rid])
-                store.upsert_run(con, row)
-                if rid in sources:
-                    source_id, lo, hi = sources[rid]
-                    store.attach_source(con, rid, source_id, lo, hi)
-                reqs = requests.get(rid)
-                if reqs:
-                    cols: dict[str, list] = {c: [] for c in ("run_id",) + tuple(
-                        reqs[0].row().keys())}
-                    for r in reqs:
-                        cols["run_id"].append(rid)
-                        for k, v in r.row().items():
-                            cols[k].append(v)
-                    store.insert(con, "requests", cols)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-
-
-class _IngestThread:
-    """Polls a FileIngestor while the load runs; the caller polls once more at the end."""
-
-    def __init__(self, ing: ingest.FileIngestor):
-        self.ing = ing
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="ingest", daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.stop.wait(INGEST_POLL_S):
-            try:
-                self.ing.poll()
-            except (store.StoreError, ingest.IngestError):
-                pass   # the log file is the buffer: what is not stored now is stored next time
-
-    def join(self) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
-def _ingest_to(ing: ingest.FileIngestor, offset: int, timeout_s: float = 30.0) -> str | None:
-    """Ingest until the checkpoint passes `offset`; returns the source id."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        ing.poll()
-        src = ing._src
-        if src is not None and src.offset_bytes >= offset or time.monotonic() > deadline:
-            return src.source_id if src is not None else None
-        time.sleep(0.05)
-
-
-def run_config(job: ConfigJob, stop: threading.Event | None = None, progress=None) -> ConfigOutcome:
-    """Measure one config at each of its (concurrency, repeat) runs; always stops the server.
-    `stop` (Ctrl-C) and `progress` (a callback object) are optional and local-only. Configs may
-    run in threads: `store.writer` makes this process's writes take turns."""
-    t_start = time.monotonic()
-    stop = stop or threading.Event()
-    sweep, c = job.sweep, job.config
-    run_dir = Path(job.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / f"server-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.log"
-    out = ConfigOutcome(config=c.name, status="ok", log_path=str(log_path), port=job.port,
-                        gpus=list(job.gpus) if job.gpus is not None else None)
-    base = {**_config_columns(sweep, c, launch.draft_aux_ids(c))}
-    keys = list(job.runs)
-    ids = {k: run_id(sweep.name, c.name, k) for k in keys}
-    _write_runs(job.db, [{**base, "run_id": ids[k], "run_name": run_name(sweep, c.name, k),
-                          "concurrency": k.concurrency, "repeat_idx": k.repeat_idx,
-                          "status": "running", "failure_reason": None, "server_log_tail": None,
-                          "created_at": dt.datetime.now(), "started_at": None, "ended_at": None}
-                         for k in keys], reset=True)
-    done: set[RunKey] = set()
-    server = None
-
-    def fail_rest(reason: str, status: str = "failed") -> None:
-        tail = launch.log_tail(log_path)
-        rest = [k for k in keys if k not in done]
-        _write_runs(job.db, [{"run_id": ids[k], "status": status, "failure_reason": reason,
-                              "server_log_tail": tail, "ended_at": dt.datetime.now()}
-                             for k in rest])
-        for k in rest:
-            out.runs.append(RunOutcome(ids[k], k.concurrency, k.repeat_idx, status, reason))
-            done.add(k)
-
-    ing = None
-    try:
-        if progress:
-            progress.config_start(c.name, len(keys))
-        draft_path = launch.draft_with_aux(c, run_dir) if c.aux_layer_ids is not None else None
-        if not launch.port_free(job.port):
-            raise launch.LaunchFailed(
-                f"port {job.port} is already in use by another process; free it, or drop "
-                "`port` from the sweep file to use a free port per config")
-        argv = launch.command(sweep.engine, c, job.port, draft_path, sweep.launch_command,
-                              sweep.sglang_version or (launch.installed_sglang_version()
-                                                       if sweep.engine == "sglang" else None))
-        env = launch.environment(dict(os.environ), sweep.env, job.gpus, sweep.engine)
-        env["SPECWATCH_RUN_DIR"] = str(run_dir)    # lets tests find anything we leave behind
-        server = launch.Server(argv, env, job.port, log_path)
-        server.start()
-        if progress:
-            progress.note(c.name, f"launched pid {server.pid} on port {job.port}")
-        out.startup_s = server.wait_ready(sweep.startup_timeout_s, stop=stop)
-        if progress:
-            progress.note(c.name, f"ready in {out.startup_s:.1f} s")
-
-        t0 = time.monotonic()
-        warm_specs, specs = load.build_requests(sweep.workload, load.read_prompts(sweep.workload))
-        w = sweep.workload
-        # The probe asks whether the server can serve at all: the shortest prompt, so that a
-        # workload whose long prompts exceed the context still gets measured (those fail as rows).
-        first = min(warm_specs + specs, key=lambda r: len(r.prompt))
-        probe = load.probe(job.port, first, w.temperature, sweep.request_timeout_s)
-        if not probe.success:
-            raise launch.LaunchFailed(f"probe request failed: {probe.error}")
-        warm = load.run(job.port, warm_specs, max(k.concurrency for k in keys), w.temperature,
-                        w.seed, sweep.request_timeout_s, is_warmup=True, first_idx=-len(warm_specs),
-                        stop=stop)
-        out.warmup_s = time.monotonic() - t0
-        probe.request_idx = -len(warm_specs) - 1
-        warm_rows = [probe] + warm.results
-        ing = ingest.FileIngestor(job.db, log_path)
-
-        for k in keys:
-            if stop.is_set():
-                break
-            if server.exited() is not None:
-                raise launch.LaunchFailed(f"server exited with code {server.exited()} between runs")
-            rid = ids[k]
-            started = dt.datetime.now()
-            load.flush_cache(job.port)
-            offset_from = log_path.stat().st_size
-            if progress:
-                progress.run_start(c.name, k.concurrency, k.repeat_idx, len(specs))
-            tail = _IngestThread(ing)
-            try:
-                res = load.run(job.port, specs, k.concurrency, w.temperature, w.seed,
-                               sweep.request_timeout_s, stop=stop,
-                               on_done=(lambda r: progress.request_done(c.name, r.success))
-                               if progress else None)
-            finally:
-                tail.join()
-            out.load_s += res.wall_s
-            info = load.server_info(job.port)
-            offset_to = log_path.stat().st_size
-            source_id = _ingest_to(ing, offset_to)
-            summary = load.summarize(res)
-            exit_code = server.exited()
-            answering = True
-            if exit_code is None and summary["requests_failed"]:
-                # A killed server takes a moment to be reapable; one that hangs never answers.
-                answering = server.health(timeout_s=5.0) is not None
-                if not answering:
-                    exit_code = server.wait_exit(2.0)
-            status, reason = "ok", None
-            if exit_code is None and not answering:
-                status, reason = "failed", "server stopped answering during the load"
-            elif exit_code is not None:
-                status, reason = "failed", (f"server exited with code {exit_code} during the "
-                                            "load")
-            elif res.interrupted or (stop.is_set() and len(res.results) < len(specs)):
-                status, reason = "interrupted", "interrupted (Ctrl-C) during the load"
-            elif summary["requests_ok"] == 0:
-                first_err = next((r.error for r in res.results if r.error), "no requests sent")
-                status, reason = "failed", f"all {len(res.results)} requests failed: {first_err}"
-            elif summary["requests_failed"]:
-                first_err = next(r.error for r in res.results if not r.success)
-                reason = f"{summary['requests_failed']} of {len(res.results)} requests failed: " \
-                         f"{first_err}"
-            row = {**base, "run_id": rid, "status": status, "failure_reason": reason,
-                   "server_log_tail": launch.log_tail(log_path) if status != "ok" else None,
-                   "started_at": started, "ended_at": dt.datetime.now(),
-                   "server_accept_len": load.server_accept_len(info), **summary}
-            reqs = res.results + (warm_rows if k == keys[0] else [])
-            _write_runs(job.db, [row], {rid: reqs},
-                        {rid: (source_id, offset_from, offset_to)} if source_id else {})
-            done.add(k)
-            out.runs.append(RunOutcome(rid, k.concurrency, k.repeat_idx, status, reason,
-                                       summary["requests_ok"], summary["requests_failed"],
-                                       summary["output_tok_s"], res.wall_s))
-            if progress:
-                progress.run_end(c.name, out.runs[-1])
-            if status == "failed" and (exit_code is not None or not answering):
-                raise launch.LaunchFailed(reason)
-        if stop.is_set() and len(done) < len(keys):
-            fail_rest("interrupted (Ctrl-C) before this run", "interrupted")
-    except launch.LaunchFailed as exc:
-        status = "interrupted" if stop.is_set() else "failed"
-        fail_rest(str(exc), status)
-    except (load.LoadError, ingest.IngestError, OSError) as exc:
-        fail_rest(f"{type(exc).__name__}: {exc}")
-    finally:
-        if server is not None:
-            rep = server.stop(sweep.stop_grace_s)
-            out.stop_s = rep.stop_s
-            out.stop_clean = rep.clean
-            notes = []
-            if rep.survivors:
-                notes.append(f"processes survived the group kill and were killed: {rep.survivors}")
-            if not rep.port_free:
-                notes.append(f"port {job.port} still in use after stop")
-            if rep.killed:
-                notes.append(f"needed SIGKILL after {sweep.stop_grace_s:.0f} s")
-            out.stop_note = "; ".join(notes) or None
-        if ing is not None:
-            ing.close()
-        # The config's status is its worst run's; its reason the first one given.
-        statuses = {r.status for r in out.runs}
-        out.status = next((st for st in ("interrupted", "failed") if st in statuses), "ok")
-        out.failure_reason = next((r.failure_reason for r in out.runs if r.failure_reason), None)
-        out.total_s = time.monotonic() - t_start
-        if progress:
-            progress.config_end(c.name, out)
-    return out
-
-
-# ------------------------------------------------------------------------------- the sweep
+# ------------------------------------------------------------------------------- plan and order
 
 def plan(sweep: Sweep, db: str, force: bool) -> list[tuple[Config, list[RunKey]]]:
     """(config, runs to measure) for every config with something left to do."""
-    keys = [RunKey(cc, r) for cc in sweep.concurrency for r in range(sweep.repeats)]
+    keys = [RunKey(cc, r) for r in range(sweep.repeats) for cc in sweep.concurrency]
     stored: dict[str, tuple] = {}
+    cols = [k for k in config_columns(sweep, sweep.configs[0], None) if k != "origin"]
     if not force and Path(db).exists():
-        cols = ["run_id", "status"] + [k for k in _config_columns(sweep, sweep.configs[0], None)
-                                       if k not in ("origin",)]
         with store.writer(db) as con:
-            for row in con.execute(f"SELECT {', '.join(cols)} FROM runs WHERE sweep_name = ?",
-                                   [sweep.name]).fetchall():
+            for row in con.execute(f"SELECT run_id, status, {', '.join(cols)} FROM runs "
+                                   "WHERE sweep_name = ?", [sweep.name]).fetchall():
                 stored[row[0]] = row
     out = []
     for c in sweep.configs:
-        want = _config_columns(sweep, c, launch.draft_aux_ids(c))
+        want = config_columns(sweep, c, launch.draft_aux_ids(c))
         want.pop("origin")
         todo = []
         for k in keys:
             row = stored.get(run_id(sweep.name, c.name, k))
-            same = row is not None and row[1] in FINISHED and tuple(row[2:]) == tuple(
-                want.values())
-            if not same:
+            if not (row is not None and row[1] == "ok" and tuple(row[2:]) == tuple(want.values())):
                 todo.append(k)
         if todo:
             out.append((c, todo))
     return out
+
+
+def interleave(sweep: Sweep, todo: list[tuple[Config, list[RunKey]]], seed: int
+               ) -> list[tuple[str, RunKey]]:
+    """The sweep's run order: repeat by repeat, concurrency by concurrency, configs shuffled
+    within each block with `seed` (so baseline and spec runs alternate)."""
+    rng = random.Random(seed)
+    wanted = {c.name: set(keys) for c, keys in todo}
+    out = []
+    for r in range(sweep.repeats):
+        for cc in sweep.concurrency:
+            block = [c.name for c, _ in todo if RunKey(cc, r) in wanted[c.name]]
+            rng.shuffle(block)
+            out += [(name, RunKey(cc, r)) for name in block]
+    return out
+
+
+def failed_configs(db: str, sweep: Sweep) -> list[str]:
+    """Configs of this sweep with a run that is not `ok` in the database (exit status)."""
+    if not Path(db).exists():
+        return []
+    names = [c.name for c in sweep.configs]
+    with store.reader(db) as con:
+        got = con.execute("SELECT DISTINCT config_name FROM runs WHERE sweep_name = ? AND "
+                          "status <> 'ok' ORDER BY 1", [sweep.name]).fetchall()
+    return [n for (n,) in got if n in names]
 
 
 def parse_gpus(text: str | None) -> tuple[int, ...] | None:
@@ -397,146 +125,319 @@ def parse_gpus(text: str | None) -> tuple[int, ...] | None:
     return ids
 
 
+def gpus_needed(c: Config) -> int:
+    fn = getattr(launch, "gpus_needed", None)     # tp*pp*dp once launch has it
+    return fn(c) if fn is not None else c.tp_size
+
+
+# ------------------------------------------------------------------------------- local driver
+
+class Turnstile:
+    """One run loads at a time, in the sweep's order, among the configs whose servers are up.
+    The next turn is the first remaining run of a registered config (that config is waited for).
+    A server starts and warms up only while no run loads, and no run starts while one warms up,
+    so nothing but the run itself uses the CPU while it is measured."""
+
+    def __init__(self, order: list[tuple[str, RunKey]], stop: threading.Event):
+        self.order = list(order)
+        self.stop = stop
+        self.cv = threading.Condition()
+        self.active: set[str] = set()
+        self.warming: set[str] = set()
+        self.busy = False
+
+    def register(self, name: str) -> None:
+        with self.cv:
+            self.active.add(name)
+            self.cv.notify_all()
+
+    def before_launch(self, name: str) -> None:
+        with self.cv:
+            while self.busy and not self.stop.is_set():
+                self.cv.wait(0.5)
+            self.warming.add(name)
+
+    def warmed(self, name: str) -> None:
+        with self.cv:
+            self.warming.discard(name)
+            self.cv.notify_all()
+
+    def leave(self, name: str) -> None:
+        with self.cv:
+            self.active.discard(name)
+            self.warming.discard(name)
+            self.order = [e for e in self.order if e[0] != name]
+            self.cv.notify_all()
+
+    def wait(self, name: str, key: RunKey) -> bool:
+        with self.cv:
+            while not self.stop.is_set():
+                head = next((e for e in self.order if e[0] in self.active), None)
+                if not self.busy and not self.warming and head == (name, key):
+                    self.busy = True
+                    self.order.remove(head)
+                    return True
+                self.cv.wait(0.5)
+            return False
+
+    def release(self) -> None:
+        with self.cv:
+            self.busy = False
+            self.cv.notify_all()
+
+
+class Driver:
+    """The `events` local executors give `measure_config`: progress, live ingest, the turnstile,
+    and storing each run as it is measured (all in this, the driver, process)."""
+
+    def __init__(self, db: str, out_dir: str, progress, turnstile: Turnstile | None = None):
+        self.db, self.out_dir, self.progress, self.turnstile = db, out_dir, progress, turnstile
+        self.live: dict[str, writer.LiveIngest] = {}
+        self.lock = threading.Lock()
+
+    def config_start(self, name, runs):
+        if self.turnstile:
+            self.turnstile.register(name)
+        self.progress.config_start(name, runs)
+
+    def before_launch(self, name):
+        if self.turnstile:
+            self.turnstile.before_launch(name)
+
+    def warmed(self, name):
+        if self.turnstile:
+            self.turnstile.warmed(name)
+
+    def log_opened(self, name, path):
+        with self.lock:
+            self.live[name] = writer.LiveIngest(self.db, path)
+
+    def note(self, name, text):
+        self.progress.note(name, text)
+
+    def before_run(self, name, key):
+        return self.turnstile.wait(name, key) if self.turnstile else True
+
+    def after_run(self, name, key):
+        if self.turnstile:
+            self.turnstile.release()
+
+    def run_start(self, name, concurrency, repeat, n):
+        self.progress.run_start(name, concurrency, repeat, n)
+
+    def request_done(self, name, ok):
+        self.progress.request_done(name, ok)
+
+    def run_end(self, name, r):
+        self.progress.run_end(name, r)
+
+    def run_measured(self, result: ConfigResult):
+        writer.store_result(self.db, result, self.out_dir)
+
+    def config_end(self, name, out):
+        with self.lock:
+            live = self.live.pop(name, None)
+        if live is not None:
+            live.close()
+        if self.turnstile:
+            self.turnstile.leave(name)
+        self.progress.config_end(name, out)
+
+
 @dataclass
 class SweepResult:
     name: str
-    outcomes: list[ConfigOutcome]
+    outcomes: list[ConfigResult]
     skipped: list[sweepfile.Skipped]
     up_to_date: list[str]
     interrupted: bool
 
 
-def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None = None,
-              force: bool = False, stop: threading.Event | None = None, progress=None
-              ) -> SweepResult:
-    """Measure every config with runs left to do: one at a time on CPU, in parallel on disjoint
-    GPU sets with `gpus` (a config with tp_size N takes N of them)."""
-    stop = stop or threading.Event()
-    todo = plan(sweep, db, force)
-    todo_names = {c.name for c, _ in todo}
-    up_to_date = [c.name for c in sweep.configs if c.name not in todo_names]
-    outcomes: list[ConfigOutcome] = []
+def _jobs(sweep: Sweep, todo, order, out_dir: str, seed: int, gpus_of=None,
+          used_ports: set[int] | None = None) -> dict[str, ConfigJob]:
+    pos = {e: i for i, e in enumerate(order)}
     root = Path(out_dir) / sweep.name
-    if progress:
-        progress.sweep_start(sweep.name, sum(len(k) for _, k in todo), len(todo), up_to_date)
+    jobs = {}
+    for c, keys in todo:
+        ks = sorted(keys, key=lambda k: pos[(c.name, k)])
+        jobs[c.name] = ConfigJob(sweep, c, tuple(ks), str(root / c.name), sweep.port or 0,
+                                 None, tuple(pos[(c.name, k)] for k in ks), seed)
+    return jobs
 
-    used_ports: set[int] = set()
 
-    def job(c: Config, keys: list[RunKey], gpu_set) -> ConfigJob:
-        port = sweep.port or launch.free_port(avoid=used_ports)
-        used_ports.add(port)
-        return ConfigJob(sweep, c, tuple(keys), str(db), str(root / c.name), port, gpu_set, force)
+def _with_port(job: ConfigJob, used: set[int], gpus=None) -> ConfigJob:
+    port = job.sweep.port or launch.free_port(avoid=used)
+    used.add(port)
+    return ConfigJob(job.sweep, job.config, job.runs, job.run_dir, port, gpus, job.order,
+                     job.order_seed)
 
-    if gpus is None or sweep.port is not None:
-        for c, keys in todo:
+
+def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None = None,
+              force: bool = False, stop: threading.Event | None = None, progress=None,
+              executor: str = "local", ray_address: str | None = None,
+              attach: dict[str, tuple[str, str | None]] | None = None) -> SweepResult:
+    """Measure every config with runs left to do (see the module docstring for executors).
+    `attach`: {config name: (endpoint URL, log path or None)}; other configs are not measured."""
+    stop = stop or threading.Event()
+    progress = progress or Progress()
+    todo = plan(sweep, db, force)
+    if attach is not None:
+        todo = [(c, k) for c, k in todo if c.name in attach]
+    todo_names = {c.name for c, _ in todo}
+    up_to_date = [c.name for c in sweep.configs if c.name not in todo_names
+                  and (attach is None or c.name in attach)]
+    seed = sweep.workload.seed
+    order = interleave(sweep, todo, seed)
+    jobs = _jobs(sweep, todo, order, out_dir, seed)
+    outcomes: list[ConfigResult] = []
+    progress.sweep_start(sweep.name, sum(len(k) for _, k in todo), len(todo), up_to_date)
+    for job in jobs.values():
+        writer.mark_running(db, [base_row(job, k, i) for i, k in enumerate(job.runs)])
+
+    def finished(res: ConfigResult) -> None:
+        writer.store_result(db, res, out_dir)
+        outcomes.append(res)
+
+    used: set[int] = set()
+    if executor == "ray":
+        from specwatch import ray_executor
+        ray_executor.run(list(jobs.values()), db, out_dir, ray_address, stop, progress, finished)
+    elif attach is not None:
+        for name, job in jobs.items():
             if stop.is_set():
                 break
-            if gpus is not None and c.tp_size > len(gpus):
-                outcomes.append(_unplaceable(sweep, db, c, keys, len(gpus)))
+            endpoint, log = attach[name]
+            job = ConfigJob(job.sweep, job.config, job.runs, job.run_dir, 0, None, job.order,
+                            job.order_seed, endpoint, log)
+            finished(measure_config(job, stop, Driver(db, out_dir, progress)))
+    elif gpus is None and sweep.port is None:
+        turn = Turnstile(order, stop)
+        drv = Driver(db, out_dir, progress, turn)
+        with ThreadPoolExecutor(max_workers=GROUP_SIZE, thread_name_prefix="config") as pool:
+            futs = [pool.submit(measure_config, _with_port(j, used), stop, drv)
+                    for j in jobs.values()]
+            for fut in futs:
+                finished(fut.result())
+    elif gpus is None or sweep.port is not None:
+        drv = Driver(db, out_dir, progress)
+        for name, job in jobs.items():
+            if stop.is_set():
+                break
+            need = gpus_needed(job.config)
+            if gpus is not None and need > len(gpus):
+                outcomes.append(_unplaceable(db, job, len(gpus)))
                 continue
-            outcomes.append(run_config(job(c, keys, gpus[:c.tp_size] if gpus else None),
-                                       stop, progress))
+            finished(measure_config(_with_port(job, used, gpus[:need] if gpus else None), stop,
+                                    drv))
     else:
-        free = list(gpus)
-        pending = []
-        for c, keys in todo:
-            if c.tp_size > len(gpus):
-                outcomes.append(_unplaceable(sweep, db, c, keys, len(gpus)))
-            else:
-                pending.append((c, keys))
-        running: dict[Future, tuple[int, ...]] = {}
-
-        with ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="config") as pool:
-            while (pending and not stop.is_set()) or running:
-                placed = True
-                while placed and pending and not stop.is_set():
-                    placed = False
-                    for i, (c, keys) in enumerate(pending):
-                        if c.tp_size <= len(free):
-                            gpu_set = tuple(free[:c.tp_size])
-                            del free[:c.tp_size]
-                            fut = pool.submit(run_config, job(c, keys, gpu_set), stop, progress)
-                            running[fut] = gpu_set
-                            del pending[i]
-                            placed = True
-                            break
-                if not running:
-                    break
-                finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    free.extend(running.pop(fut))
-                    free.sort(key=list(gpus).index)
-                    outcomes.append(fut.result())
-                    used_ports.discard(outcomes[-1].port)
-    if progress:
-        progress.sweep_end()
+        _run_on_gpus(list(jobs.values()), gpus, db, out_dir, stop, progress, finished, outcomes)
+    progress.sweep_end()
     return SweepResult(sweep.name, outcomes, list(sweep.skipped), up_to_date, stop.is_set())
 
 
-def _unplaceable(sweep: Sweep, db: str, c: Config, keys: list[RunKey], n: int) -> ConfigOutcome:
-    reason = (f"tp_size={c.tp_size} needs {c.tp_size} GPUs but --gpus lists {n}; give more GPUs "
-              "or drop this config")
-    rows = [{**_config_columns(sweep, c, launch.draft_aux_ids(c)), "run_id": run_id(sweep.name, c.name, k),
-             "run_name": run_name(sweep, c.name, k), "concurrency": k.concurrency,
-             "repeat_idx": k.repeat_idx, "status": "failed", "failure_reason": reason}
-            for k in keys]
-    _write_runs(db, rows, reset=True)
-    return ConfigOutcome(c.name, "failed", reason, runs=[
-        RunOutcome(r["run_id"], r["concurrency"], r["repeat_idx"], "failed", reason) for r in rows])
+def _run_on_gpus(jobs: list[ConfigJob], gpus: tuple[int, ...], db: str, out_dir: str, stop,
+                 progress, finished, outcomes) -> None:
+    """Configs in parallel on disjoint GPU sets; each waits for enough free GPUs."""
+    drv = Driver(db, out_dir, progress)
+    free = list(gpus)
+    used: set[int] = set()
+    pending = []
+    for job in jobs:
+        if gpus_needed(job.config) > len(gpus):
+            outcomes.append(_unplaceable(db, job, len(gpus)))
+        else:
+            pending.append(job)
+    running: dict[Future, tuple[tuple[int, ...], int]] = {}
+    with ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="config") as pool:
+        while (pending and not stop.is_set()) or running:
+            for job in list(pending):
+                need = gpus_needed(job.config)
+                if need <= len(free) and not stop.is_set():
+                    gpu_set = tuple(free[:need])
+                    del free[:need]
+                    j = _with_port(job, used, gpu_set)
+                    running[pool.submit(measure_config, j, stop, drv)] = (gpu_set, j.port)
+                    pending.remove(job)
+            if not running:
+                break
+            done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+            for fut in done:
+                gpu_set, port = running.pop(fut)
+                free.extend(gpu_set)
+                free.sort(key=list(gpus).index)
+                used.discard(port)
+                finished(fut.result())
 
 
-# ------------------------------------------------------------------------------- CLI entry
+def _unplaceable(db: str, job: ConfigJob, n: int) -> ConfigResult:
+    c = job.config
+    need = gpus_needed(c)
+    reason = (f"{c.name} needs {need} GPUs (tp_size={c.tp_size}) but --gpus lists {n}; give more "
+              "GPUs or drop this config")
+    rows = [{**base_row(job, k, i), "status": "failed", "failure_reason": reason}
+            for i, k in enumerate(job.runs)]
+    writer.store_rows(db, rows)
+    return ConfigResult(c.name, job.sweep.name, "failed", reason, runs=[
+        RunResult(r["run_id"], r["concurrency"], r["repeat_idx"], "failed", reason, row=r)
+        for r in rows])
 
-def run_sweep_cli(sweep_file: str, db: str, out_dir: str, gpus: str | None, force: bool,
-                  as_json: bool, out=None) -> int:
-    """`specwatch run-sweep`: run, then print the comparison. Exit 0 when every run is ok, 1 when
-    some failed, 130 when interrupted."""
-    from specwatch import query
-    from specwatch.cli import render
 
-    out = out or sys.stdout
+# ------------------------------------------------------------------------------- entry
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_sweep_main(sweep_file: str, db: str, out_dir: str, gpus: str | None = None,
+                   force: bool = False, executor: str = "local", ray_address: str | None = None,
+                   attach: dict | None = None, progress=None) -> tuple[Sweep, SweepResult]:
+    """`specwatch run-sweep` minus the printing: load the sweep file, install the stop signals
+    (SIGINT, SIGTERM, SIGHUP all stop cleanly; a second one aborts), run."""
     try:
         sweep = sweepfile.load(sweep_file)
     except sweepfile.SweepFileError as exc:
         raise SweepError(str(exc)) from None
+    if attach is not None:
+        attach = {_attach_name(sweep, k): v for k, v in attach.items()}
     gpu_ids = parse_gpus(gpus)
-    progress = Progress()
+    progress = progress or Progress()
     for s in sweep.skipped:
         progress.note("skipped", f"{s.description}: {s.reason}")
     stop = threading.Event()
-    previous = None
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        def on_sigint(signum, frame):
+        def on_signal(signum, frame):
             if stop.is_set():
                 raise KeyboardInterrupt
             stop.set()
-            progress.note("Ctrl-C", "stopping: no new requests; the server is stopped cleanly "
-                          "(Ctrl-C again to abort at once)")
-        previous = signal.signal(signal.SIGINT, on_sigint)
+            progress.note(signal.Signals(signum).name, "stopping: no new requests; servers are "
+                          "stopped cleanly and what was measured is kept (again to abort at once)")
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.signal(sig, on_signal)
     try:
-        result = run_sweep(sweep, db, out_dir, gpu_ids, force, stop, progress)
+        result = run_sweep(sweep, db, out_dir, gpu_ids, force, stop, progress, executor,
+                           ray_address, attach)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    res = query.report(db, sweep=sweep.name)
-    if as_json:
-        payload = {
-            "sweep": sweep.name, "interrupted": result.interrupted,
-            "configs": [{**dataclasses.asdict(o), "overhead_s": o.overhead_s}
-                        for o in result.outcomes],
-            "up_to_date": result.up_to_date,
-            "skipped": [dataclasses.asdict(s) for s in result.skipped],
-            "report": [dict(zip(res.columns, r)) for r in res.rows],
-        }
-        json.dump(payload, out, default=str, indent=1)
-        out.write("\n")
-    else:
-        keep = [i for i, col in enumerate(res.columns)
-                if any(r[i] is not None for r in res.rows) and col not in (
-                    "sweep_name", "model_path", "baseline_run_id", "dp_size")]
-        render([res.columns[i] for i in keep], [tuple(r[i] for i in keep) for r in res.rows],
-               "table", out)
-    if result.interrupted:
-        return 130
-    statuses = [r.status for o in result.outcomes for r in o.runs]
-    return 1 if any(s != "ok" for s in statuses) else 0
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return sweep, result
+
+
+def _attach_name(sweep: Sweep, key: str) -> str:
+    """--endpoint names the sweep's one speculative config, --baseline-endpoint its baseline."""
+    names = [c.name for c in sweep.configs]
+    if key == "baseline":
+        base = [c.name for c in sweep.configs if c.is_baseline]
+        if len(base) != 1:
+            raise SweepError(f"--baseline-endpoint: the sweep has {len(base)} baselines "
+                             f"({', '.join(base)}); attach mode measures one")
+        return base[0]
+    if key == "spec":
+        spec = [c.name for c in sweep.configs if not c.is_baseline]
+        if len(spec) != 1:
+            raise SweepError(f"--endpoint: the sweep {sweep.name} has {len(spec)} speculative "
+                             f"configs ({', '.join(spec)}); attach mode measures one server, so "
+                             "keep exactly one [[config]] (or one grid point) in the sweep file")
+        return spec[0]
+    if key not in names:
+        raise SweepError(f"attach: no config named {key!r} in the sweep ({', '.join(names)})")
+    return key

@@ -72,13 +72,15 @@ warmup_requests = 1
 output_tokens = 8
 """
 
-PROMPTS = ["def add(a, b):\n", "Summarise: lists are mutable.", "What is 2 + 2?", "x" * 300]
+PROMPTS = ["def add(a, b):\n", "Summarise: lists are mutable.", "What is 2 + 2?",
+           "Name a prime."]
+TOO_LONG = "x" * 300          # longer than the context (160): the server refuses it
 
 
 def make(tmp_path: Path, name: str, extra: str = "", conc: str = "[2]", startup: int = 120,
-         top: str = ""):
+         top: str = "", prompts: list[str] = PROMPTS):
     (tmp_path / "prompts.jsonl").write_text(
-        "".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+        "".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     p = tmp_path / f"{name}.toml"
     p.write_text(HEAD.format(name=name, conc=conc, startup=startup, top=top) + extra)
     return sweepfile.load(p)
@@ -86,20 +88,23 @@ def make(tmp_path: Path, name: str, extra: str = "", conc: str = "[2]", startup:
 
 def test_bad_flag_and_request_errors_are_rows_then_resume(tmp_path):
     db = tmp_path / "s.duckdb"
-    s = make(tmp_path, "fail", """
+    bad_flag = """
 [[config]]
 name = "bad-flag"
 speculative_num_steps = 2
 speculative_eagle_topk = 1
 server_flags = ["--decode-log-interval", "0"]
-""")
+"""
+    s = make(tmp_path, "fail", bad_flag, prompts=PROMPTS[:3] + [TOO_LONG])
     res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=quiet())
     by = {o.config: o for o in res.outcomes}
     assert set(by) == {"baseline", "bad-flag"}
     got = {r["config_name"]: r for r in rows(db, "SELECT * FROM runs")}
     base, bad = got["baseline"], got["bad-flag"]
-    # the prompt longer than the context fails as a row; the run is still measured
-    assert base["status"] == "ok" and (base["requests_ok"], base["requests_failed"]) == (3, 1)
+    # the prompt longer than the context fails as a request row; the run is measured, but a run
+    # with a failed request is not `ok` (its numbers cover other requests than the other configs')
+    assert base["status"] == "failed" and (base["requests_ok"], base["requests_failed"]) == (3, 1), \
+        base
     assert "1 of 4 requests failed: HTTP 400" in base["failure_reason"]
     assert base["output_tokens"] == 3 * 8 and base["output_tok_s"] > 0
     reqs = rows(db, "SELECT * FROM requests WHERE run_id = ? AND NOT is_warmup ORDER BY "
@@ -109,23 +114,52 @@ server_flags = ["--decode-log-interval", "0"]
     assert bad["status"] == "failed"
     assert "server exited with code 2 before it was ready" in bad["failure_reason"]
     assert "--decode-log-interval 0: must be >= 1" in bad["server_log_tail"]
+    # the failed launch's log is ingested anyway and scoped to its runs (doctor's evidence)
+    ev = rows(db, """SELECT count(*) AS n FROM run_sources rs JOIN sources s USING (source_id)
+                     WHERE rs.run_id = ? AND rs.offset_from = 0 AND rs.offset_to > 0""",
+              [bad["run_id"]])
+    assert ev[0]["n"] == 1
     assert all(o.stop_clean for o in res.outcomes if o.stop_clean is not None)
     assert leftovers(tmp_path) == []
     # the baseline's decode windows are scoped to its run by byte range
     rng = rows(db, "SELECT * FROM run_sources WHERE run_id = ?", [base["run_id"]])[0]
     assert 0 < rng["offset_from"] < rng["offset_to"]
-    # resume: nothing left to do; --force or a changed config measures again
-    again = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=quiet())
-    assert again.outcomes == [] and set(again.up_to_date) == {"baseline", "bad-flag"}
-    assert {c.name for c, _ in sweep.plan(s, str(db), force=True)} == {"baseline", "bad-flag"}
-    changed = make(tmp_path, "fail", """
+    # resume retries what failed; what ended ok is kept (unless --force); a changed config
+    # measures again
+    assert {c.name for c, _ in sweep.plan(s, str(db), force=False)} == {"baseline", "bad-flag"}
+    good = make(tmp_path, "fail", bad_flag.replace('"0"]', '"1"]'))
+    again = sweep.run_sweep(good, str(db), str(tmp_path / "runs"), progress=quiet())
+    assert {o.config: o.status for o in again.outcomes} == {"baseline": "ok", "bad-flag": "ok"}
+    assert sweep.plan(good, str(db), force=False) == []
+    assert {c.name for c, _ in sweep.plan(good, str(db), force=True)} == {"baseline", "bad-flag"}
+    assert [c.name for c, _ in sweep.plan(s, str(db), force=False)] == ["bad-flag"]
+    # each request row is stored once, whatever was stored and re-stored on the way
+    dup = rows(db, "SELECT run_id, request_idx, count(*) AS n FROM requests GROUP BY ALL "
+                   "HAVING n > 1")
+    assert dup == []
+    assert leftovers(tmp_path) == []
+
+
+def test_run_sweep_exits_nonzero_while_a_config_is_failed(tmp_path):
+    """The CLI: exit 1 when a config fails; a re-run retries it and exits 1 again."""
+    db = tmp_path / "s.duckdb"
+    make(tmp_path, "exit", """
 [[config]]
 name = "bad-flag"
 speculative_num_steps = 2
 speculative_eagle_topk = 1
-server_flags = ["--decode-log-interval", "1"]
-""")
-    assert [c.name for c, _ in sweep.plan(changed, str(db), force=False)] == ["bad-flag"]
+server_flags = ["--decode-log-interval", "0"]
+""", top='engine = "builtin"')
+    cmd = [sys.executable, "-m", "specwatch.cli", "run-sweep", str(tmp_path / "exit.toml"),
+           "--db", str(db), "--out-dir", str(tmp_path / "runs")]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 1, first.stderr[-2000:]
+    assert "failed configs" in first.stderr and "bad-flag" in first.stderr
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 1, second.stderr[-2000:]
+    assert "1 configs, 1 runs to measure" in second.stderr      # the failed one is retried
+    assert "already measured" in second.stderr and "baseline" in second.stderr
+    assert leftovers(tmp_path) == []
 
 
 STUB = textwrap.dedent("""
@@ -137,7 +171,8 @@ STUB = textwrap.dedent("""
 
 def test_never_ready_and_port_in_use_are_rows(tmp_path):
     db = tmp_path / "s.duckdb"
-    launch_cmd = json.dumps([sys.executable, "-c", STUB])
+    (tmp_path / "stub.py").write_text(STUB)
+    launch_cmd = json.dumps([sys.executable, str(tmp_path / "stub.py")])
     s = make(tmp_path, "stuck", startup=2, top=f"launch_command = {launch_cmd}")
     res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=quiet())
     (o,) = res.outcomes
@@ -259,7 +294,7 @@ tp_size = 4
     assert sorted([by["baseline"].gpus, by["s2"].gpus]) == [[0], [1]]
     assert sorted(prog.devices.values()) == ["0", "1"]
     assert by["baseline"].port != by["s2"].port
-    assert "tp_size=4 needs 4 GPUs but --gpus lists 2" in by["s2-tp4"].failure_reason
+    assert "needs 4 GPUs (tp_size=4) but --gpus lists 2" in by["s2-tp4"].failure_reason
     assert by["baseline-tp4"].status == "failed"
     assert prog.max_alive == 2                           # both servers were up at once
     assert leftovers(tmp_path) == []

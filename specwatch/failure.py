@@ -30,7 +30,8 @@ _SECONDARY = {"KeyboardInterrupt", "SystemExit", "BrokenPipeError", "ConnectionR
               "ConnectionRefusedError", "EOFError", "asyncio.exceptions.CancelledError",
               "CancelledError", "zmq.error.ContextTerminated"}
 _BARE = re.compile(r"(Error|Exception|Interrupt|Exit|Failure)$")
-_ARGPARSE = re.compile(r"^(?:[\w.\-]+: )?error: .+$")
+# argparse: `PROG: error: ...`; PROG may be two words (`sglang serve: error: ...`).
+_ARGPARSE = re.compile(r"^(?:[\w./\-]+(?: [\w./\-]+)?: )?error: .+$")
 _FATAL = [re.compile(p) for p in (
     r"(?:CUDA|HIP) out of memory.*", r"\w*OutOfMemoryError.*", r"Not enough memory\..*",
     r"NCCL error.*", r"nccl\w*Error.*", r"Initialization failed\. warmup error: .*",

@@ -260,6 +260,11 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+def block_free(port: int, host: str = HOST) -> bool:
+    """Are `port` and all of its SGLang side ports free now?"""
+    return all(port_free(p, host) for p in side_ports(port))
+
+
 def free_port(avoid: set[int] = frozenset(), host: str = HOST) -> int:
     """A port for a server, like SGLang picks the ports it binds late: outside the kernel's
     ephemeral range (so no client socket takes it before the server binds), with it and its
@@ -272,9 +277,7 @@ def free_port(avoid: set[int] = frozenset(), host: str = HOST) -> int:
         candidates = list(range(1024, 65535 - 240))
     for port in random.sample(candidates, min(200, len(candidates))):
         block = side_ports(port)
-        if block & taken:
-            continue
-        if all(port_free(p, host) for p in block):
+        if not block & taken and block_free(port, host):
             return port
     raise LaunchFailed(f"could not find a free port in {PORT_LOW}..{PORT_HIGH} (with SGLang's "
                        "side ports); free some, or set `port` in the sweep file")

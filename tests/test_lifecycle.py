@@ -1,0 +1,331 @@
+"""Nothing specwatch starts outlives it, a dead server's real cause is named, and the server
+measured is ours. Real processes throughout: a driver process stands in for specwatch and is
+killed with SIGKILL/SIGTERM/SIGHUP; the servers are real listeners (a stub, or the built-in
+engine); failure logs come from real processes dying."""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specwatch import launch, procs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A server that listens on its port, answers /health 200, ignores SIGTERM, and has a child that
+# left its process group (setsid), as real servers' helpers sometimes do.
+STUB = textwrap.dedent("""
+    import http.server, os, signal, subprocess, sys
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(300)"])
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+""")
+
+# Stands in for specwatch: starts the stub from a worker thread that then exits (a parent-death
+# signal would fire right there), writes the server's pid, and waits to be killed.
+DRIVER = textwrap.dedent("""
+    import json, sys, threading, time
+    from specwatch import launch
+    port, out, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    srv = launch.Server([sys.executable, "-c", sys.argv[4], str(port)], {}, port, log,
+                        grace_s=1.0)
+    def start():
+        srv.start()
+        srv.wait_ready(60)
+    t = threading.Thread(target=start); t.start(); t.join()
+    time.sleep(1.5)                      # the watchdog notes the server's descendants
+    kids = launch._descendants(srv.pid)
+    open(out, "w").write(json.dumps({"pid": srv.pid, "kids": kids}))
+    time.sleep(600)
+""")
+
+
+def _gone(pids: dict[int, str | None], timeout_s: float) -> list[int]:
+    """Pids still alive (same start time) after waiting up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [p for p, s in pids.items() if procs.alive(p, s)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _wait_file(path: Path, proc: subprocess.Popen, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, f"driver exited with {proc.returncode}"
+        assert time.monotonic() < deadline, "driver never wrote its pids"
+        time.sleep(0.1)
+    time.sleep(0.1)
+    return json.loads(path.read_text())
+
+
+def _start_driver(tmp_path: Path) -> tuple[subprocess.Popen, dict, int, Path]:
+    port = launch.free_port()
+    out, log = tmp_path / "pids.json", tmp_path / "run" / "server.log"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    drv = subprocess.Popen([sys.executable, "-c", DRIVER, str(port), str(out), str(log), STUB],
+                           env=env, cwd=tmp_path)
+    info = _wait_file(out, drv)
+    return drv, info, port, log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP])
+def test_server_and_its_children_die_with_specwatch_whatever_the_signal(tmp_path, sig):
+    drv, info, port, log = _start_driver(tmp_path)
+    pids = {info["pid"]: procs.start_time(info["pid"])}
+    pids.update({int(p): s for p, s in info["kids"].items()})
+    assert len(pids) == 2 and all(procs.alive(p, s) for p, s in pids.items())
+    pidfile = log.with_name("server" + procs.PIDFILE_SUFFIX)
+    assert json.loads(pidfile.read_text())["pid"] == info["pid"]
+    drv.send_signal(sig)
+    drv.wait(10)
+    # The stub ignores SIGTERM: the watchdog's SIGKILL after its 1 s grace is what ends it.
+    assert _gone(pids, 10) == []
+    assert launch.port_free(port)
+    assert "specwatch watchdog: specwatch is gone" in log.read_text()
+    assert procs.reap_stale(tmp_path) == []              # a re-run finds nothing running
+    assert not pidfile.exists()
+
+
+def test_reap_stale_kills_what_a_dead_specwatch_and_its_watchdog_left(tmp_path):
+    drv, info, port, log = _start_driver(tmp_path)
+    pid = info["pid"]
+    pids = {pid: procs.start_time(pid)}
+    watchdogs = [p for p in procs._pids() if procs.cmdline(p) and
+                 str(procs.WATCHDOG) in procs.cmdline(p) and procs.proc_stat(p)[1] == str(drv.pid)]
+    assert len(watchdogs) == 1
+    os.kill(watchdogs[0], signal.SIGKILL)          # both gone at once: nothing stops the server
+    drv.kill()
+    drv.wait(10)
+    time.sleep(0.5)
+    assert procs.alive(pid, pids[pid]) and not launch.port_free(port)
+
+    # A pid file whose pid now names another process (a reused pid) is never acted on.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)
+    fake = tmp_path / "old" / ("server" + procs.PIDFILE_SUFFIX)
+    fake.parent.mkdir()
+    fake.write_text(json.dumps({"pid": other.pid, "pgid": other.pid, "start": "1",
+                                "cmdline": ["sglang"], "owner_pid": 999999999,
+                                "owner_start": "1", "boot_id": procs._boot_id()}))
+    # A pid file whose specwatch still runs (a concurrent sweep) is kept.
+    live = tmp_path / "live" / ("server" + procs.PIDFILE_SUFFIX)
+    live.parent.mkdir()
+    procs.write_pidfile(live, other.pid)
+    try:
+        killed = procs.reap_stale(tmp_path, grace_s=1.0)
+        assert killed == [pid]
+        assert _gone(pids, 5) == [] and launch.port_free(port)
+        assert other.poll() is None and not fake.exists() and live.exists()
+    finally:
+        other.kill()
+        other.wait()
+        for p, s in info["kids"].items():       # the setsid child left the group: not a member
+            if procs.alive(int(p), s):
+                os.kill(int(p), signal.SIGKILL)
+
+
+def test_dashboard_child_dies_with_the_dashboard_on_sigkill(tmp_path):
+    pytest.importorskip("streamlit")
+    port = launch.free_port()
+    db = tmp_path / "x.duckdb"
+    code = ("import sys; from specwatch import dashboard_launch; "
+            "sys.exit(dashboard_launch.main(sys.argv[1], int(sys.argv[2])))")
+    drv = subprocess.Popen([sys.executable, "-c", code, str(db), str(port)],
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=subprocess.PIPE)
+    pidfile = tmp_path / ".specwatch" / f"dashboard-{port}{procs.PIDFILE_SUFFIX}"
+    deadline = time.monotonic() + 60
+    while not pidfile.exists():
+        assert drv.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    child = json.loads(pidfile.read_text())["pid"]
+    start = procs.start_time(child)
+    while launch.port_free(port):                 # streamlit is listening
+        assert procs.alive(child, start) and time.monotonic() < deadline
+        time.sleep(0.2)
+    drv.kill()
+    drv.wait(10)
+    assert _gone({child: start}, 15) == []
+    assert launch.port_free(port)
+    assert procs.reap_stale(pidfile.parent) == []
+
+
+# ------------------------------------------------------------------ the real cause of a death
+
+def _die(tmp_path: Path, argv: list[str], env=None) -> str:
+    """Launch argv as a server that never gets ready; the LaunchFailed message."""
+    srv = launch.Server(argv, dict(env or os.environ), launch.free_port(), tmp_path / "s.log")
+    srv.start()
+    try:
+        with pytest.raises(launch.LaunchFailed) as e:
+            srv.wait_ready(120)
+    finally:
+        srv.stop(2)
+    return str(e.value)
+
+
+def test_missing_module_is_the_cause_not_the_exit_code(tmp_path):
+    msg = _die(tmp_path, [sys.executable, "-c", "import vllm_not_installed_here"])
+    assert msg.startswith("ModuleNotFoundError: No module named 'vllm_not_installed_here' "
+                          "(server exited with code 1 before it was ready; log: ")
+    assert str(tmp_path / "s.log") in msg
+
+
+# SGLang's shape: a scheduler child logs "Scheduler hit an exception: Traceback ..." and sends
+# SIGQUIT; the parent logs a line, its own KeyboardInterrupt-style teardown, and kills its tree.
+SGLANG_LIKE = textwrap.dedent("""
+    import logging, os, signal, subprocess, sys, time, traceback
+    logging.basicConfig(format="[%(asctime)s TP0] %(message)s", level=logging.INFO)
+    if sys.argv[1:] == ["child"]:
+        try:
+            try:
+                raise KeyError("layers.3")
+            except KeyError:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        except Exception:
+            logging.error("Scheduler hit an exception: " + traceback.format_exc())
+        os.kill(os.getppid(), signal.SIGQUIT)
+        time.sleep(30)
+    def on_quit(*a):
+        logging.error("Received sigquit from a child process. It usually means the child failed.")
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            traceback.print_exc()
+        os.killpg(0, signal.SIGKILL)
+    signal.signal(signal.SIGQUIT, on_quit)
+    logging.info("Load weight begin.")
+    subprocess.Popen([sys.executable, __file__, "child"])
+    time.sleep(60)
+""")
+
+
+def test_a_tree_killed_with_minus_9_names_the_childs_exception(tmp_path):
+    script = tmp_path / "launch_server.py"
+    script.write_text(SGLANG_LIKE)
+    msg = _die(tmp_path, [sys.executable, str(script)])
+    assert msg.startswith("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB "
+                          "(server exited with code -9 before it was ready")
+
+
+def test_argparse_errors_are_the_cause(tmp_path):
+    script = tmp_path / "launch_server.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\n"
+                      "p.add_argument('--model-path')\np.parse_args()\n")
+    msg = _die(tmp_path, [sys.executable, str(script), "--cuda-graph-max-bs", "8"])
+    assert msg.startswith("launch_server.py: error: unrecognized arguments: "
+                          "--cuda-graph-max-bs 8 (server exited with code 2")
+
+
+def test_builtin_engine_bad_flag_is_the_cause(tmp_path):
+    argv = [sys.executable, "-m", "specwatch.engine", "--model-path", "builtin:target",
+            "--decode-log-interval", "0"]
+    msg = _die(tmp_path, argv, launch.environment(dict(os.environ), engine="builtin"))
+    assert "--decode-log-interval 0: must be >= 1" in msg.split(" (server exited")[0]
+
+
+SGLANG_PY = Path(os.environ.get("SPECWATCH_SGLANG_PYTHON",
+                                "/root/.cache/specwatch-sglang/0.5.23-try/bin/python"))
+
+
+def test_real_sglang_argparse_error_is_the_cause(tmp_path):
+    if not SGLANG_PY.exists() or subprocess.run(
+            [str(SGLANG_PY), "-c", "import sglang.srt.server_args"], capture_output=True,
+            timeout=300).returncode != 0:
+        pytest.skip(f"no side venv with a working real sglang at {SGLANG_PY} "
+                    "(SPECWATCH_SGLANG_PYTHON)")
+    msg = _die(tmp_path, [str(SGLANG_PY), "-m", "sglang.launch_server", "--model-path",
+                          str(tmp_path), "--bogus-flag", "1"])
+    assert "error: unrecognized arguments: --bogus-flag 1" in msg.split(" (server exited")[0]
+
+
+# ------------------------------------------------------------------ the server measured is ours
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_a_foreign_listener_on_the_port_is_never_measured(tmp_path):
+    foreign = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    port = foreign.server_address[1]
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    try:
+        # Our "server" never listens; the foreign one answers /health 200 on its port.
+        srv = launch.Server([sys.executable, "-c", "import time; time.sleep(60)"], {}, port,
+                            tmp_path / "s.log")
+        srv.start()
+        try:
+            with pytest.raises(launch.LaunchFailed, match="not this server's process group"):
+                srv.wait_ready(20)
+            assert not procs.listener_owned(port, srv.pid)
+        finally:
+            srv.stop(1)
+    finally:
+        foreign.shutdown()
+        foreign.server_close()
+
+
+def test_our_own_listener_is_recognised_through_the_group(tmp_path):
+    port = launch.free_port()
+    # The listener lives in a grandchild (a shell runs python), as with wrapper scripts.
+    code = STUB.replace('subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); '
+                        'time.sleep(300)"])', "")
+    srv = launch.Server(["/bin/sh", "-c", f'{sys.executable} -c "$0" {port}', code], {}, port,
+                        tmp_path / "s.log", grace_s=1.0)
+    srv.start()
+    try:
+        srv.wait_ready(30)
+        assert srv.owns_port() and procs.listener_owned(port, srv.pid)
+        assert not procs.listener_owned(port, srv.guard.proc.pid)   # a sibling is not ours
+    finally:
+        rep = srv.stop(1)
+    assert rep.clean and not procs.listener_owned(port, srv.pid)
+
+
+# ------------------------------------------------------------------ ports
+
+def test_ports_sit_below_the_ephemeral_range_with_side_ports_apart():
+    lo, _ = launch.ephemeral_range()
+    handed: set[int] = set()
+    for _ in range(20):
+        p = launch.free_port(avoid=handed)
+        assert p < lo and p <= 21999 - 239
+        assert all(launch.port_free(q) for q in launch.side_ports(p))
+        for q in handed:           # DP attention's port+233..+239 never overlap another config's
+            assert not launch.side_ports(p) & launch.side_ports(q)
+        handed.add(p)
+    assert {p + 233, p + 239, p + 13} <= launch.side_ports(p)
+
+
+def test_a_busy_side_port_rules_the_port_out():
+    """A port whose DP-attention side port (port+236: SGLang's rpc port) is taken is not free."""
+    p = launch.free_port()
+    s = socket.socket()
+    s.bind(("127.0.0.1", p + 236))
+    s.listen()
+    try:
+        assert launch.port_free(p) and not launch.block_free(p)
+    finally:
+        s.close()
+    assert launch.block_free(p)

@@ -88,6 +88,9 @@ class Reader:
             with st.spinner("Waiting for the writer to release the database…"):
                 res = query.run_sql(self.db, Q.STAMP, timeout_s=SQL_TIMEOUT_S)
         except (store.StoreError, query.QueryError) as exc:
+            if isinstance(exc, store.StoreCorrupt):
+                st.error(str(exc))
+                st.stop()
             if _not_ready(exc):
                 self.missing = True
                 return None
@@ -456,12 +459,14 @@ def view_sql(db: str) -> None:
     if run or "sql_result" not in st.session_state:
         try:
             with st.spinner("Waiting for the writer to release the database…"):
-                res = query.run_sql(db, sql, max_rows=int(max_rows), timeout_s=SQL_TIMEOUT_S)
+                res = query.run_sql(db, sql, max_rows=int(max_rows), timeout_s=SQL_TIMEOUT_S,
+                                    isolate=True)  # the sandbox `specwatch sql` has
             st.session_state["sql_result"] = (sql, res, None)
         except query.QueryError as exc:
             st.session_state["sql_result"] = (sql, None, str(exc))
-        except store.StoreError as exc:
-            st.session_state["sql_result"] = (sql, None, None if not _not_ready(exc) else str(exc))
+        except store.StoreError as exc:   # locked: say so below; anything else: the message
+            st.session_state["sql_result"] = (
+                sql, None, None if isinstance(exc, store.StoreLocked) else str(exc))
     ran_sql, res, err = st.session_state["sql_result"]
     if err:
         st.error(err)
@@ -514,8 +519,23 @@ def live(fn, refresh_s: int | None, runs_seen: int):
     return st.fragment(body, run_every=refresh_s)
 
 
+def check_token() -> None:
+    """Bound beyond loopback (`specwatch dashboard --allow-remote`): serve only requests that
+    carry the launcher's token (`?token=...`)."""
+    import hmac
+    want = os.environ.get("SPECWATCH_DASHBOARD_TOKEN")
+    if not want:
+        return
+    got = st.query_params.get("token", "")
+    if not hmac.compare_digest(str(got).encode(), want.encode()):
+        st.error("Access token required: open the URL `specwatch dashboard` printed "
+                 "(it ends in `?token=...`).")
+        st.stop()
+
+
 def main() -> None:
     st.set_page_config(page_title="specwatch", page_icon="⏱", layout="wide")
+    check_token()
     db = db_path()
     # One Reader for the whole page run; fragment reruns (live refresh) make their own.
     st.session_state["_page_reader"] = Reader(db)

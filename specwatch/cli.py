@@ -148,18 +148,24 @@ def ingest(paths, db, run):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 @click.option("--max-rows", default=1000, show_default=True, help="Row cap.")
-@click.option("--timeout", default=30.0, show_default=True, help="Seconds before the query is stopped.")
-def sql(query, db, fmt, max_rows, timeout):
-    """Run one read-only SQL query. Tables: runs, decode_windows, prefill_windows,
-    vllm_spec_windows, vllm_throughput_windows, server_configs, events, rejected_lines, requests,
-    sources, run_sources; views: config_summary, decode_windows_scoped.
+@click.option("--timeout", default=30.0, show_default=True,
+              help="Seconds before the query is stopped (at most 60: writers wait only so long).")
+@click.option("--memory-limit", "memory_mb", default=1024, show_default=True,
+              type=click.IntRange(min=64), help="MB the query may use before it is stopped.")
+def sql(query, db, fmt, max_rows, timeout, memory_mb):
+    """Run one read-only SQL query (SELECT/WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN or a read-only
+    PRAGMA) in a sandbox: no files, network, extensions, settings or writes; time and memory
+    limited. Tables: runs, decode_windows, prefill_windows, vllm_spec_windows,
+    vllm_throughput_windows, server_configs, events, rejected_lines, requests, alerts, sources,
+    run_sources; views: config_summary, decode_windows_scoped.
 
     Example: specwatch sql "SELECT run_name, accept_len FROM config_summary" --format csv
     """
     from specwatch import query as q
 
     try:
-        res = q.run_sql(db, query, max_rows=max_rows, timeout_s=timeout)
+        res = q.run_sql(db, query, max_rows=max_rows, timeout_s=timeout, isolate=True,
+                        memory_mb=memory_mb)
     except (q.QueryError, store.StoreError) as exc:
         raise click.ClickException(str(exc))
     render(res.columns, res.rows, fmt)

@@ -15,7 +15,9 @@ Metric formulas live in `views.py` and nowhere else; the CLI, report and dashboa
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import stat
 import threading
 import datetime as dt
 import json
@@ -31,11 +33,25 @@ from specwatch import schema
 from specwatch.views import VIEWS
 
 DEFAULT_DB = "specwatch.duckdb"
-LOCK_WAIT_S = 10.0
+# Readers never break writers: a reader holds the file at most READ_WAIT_S (opening) plus its query
+# limit (query.MAX_TIMEOUT_S), and a writer waits longer than that, holding the gate (below) so that
+# no new reader can start meanwhile. Writers that still time out (another writer, or a foreign
+# DuckDB client holding the file) raise StoreLocked; `tail` retries at its next wake-up and the
+# sweep's writer retries (writer.RETRY_S), so a measured run is never lost over a lock.
+READ_WAIT_S = 10.0
+MAX_READ_S = 60.0          # the longest a reader may run a query (query.MAX_TIMEOUT_S)
+LOCK_WAIT_S = READ_WAIT_S + MAX_READ_S + 20.0
 # Retry delays while another process holds the file grow to at most this. Short on purpose: `tail`
 # leaves the file free >= 100 ms between ~50 ms write bursts, and a reader that sleeps longer than
 # that gap keeps missing it (bench_tail_latency: with a 100 ms cap, reader open wait p99 ~640 ms).
 LOCK_RETRY_MAX_S = 0.025
+# What a reader's connection may do: nothing outside the database file (no files, no network, no
+# ATTACH, no COPY), no extension loading, no Python-variable scans, no settings changed afterwards.
+READER_CONFIG = {
+    "enable_external_access": False, "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False, "python_enable_replacements": False,
+    "lock_configuration": True,
+}
 
 _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
@@ -46,6 +62,18 @@ _ARROW = {
 
 class StoreError(RuntimeError):
     """A database problem the user can act on (locked too long, not a specwatch file, ...)."""
+
+
+class StoreLocked(StoreError):
+    """Another process held the database for longer than this one could wait. Transient."""
+
+
+class StoreFull(StoreError):
+    """The file system holding the database is full. Transient once space is freed."""
+
+
+class StoreCorrupt(StoreError):
+    """The file is not a readable DuckDB database (corrupt, truncated, or something else)."""
 
 
 class CheckpointMoved(StoreError):
@@ -61,22 +89,120 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in msg.lower() and ("Conflicting" in msg or "Could not set lock" in msg)
 
 
-def connect(path: str | Path, read_only: bool, wait_s: float = LOCK_WAIT_S) -> duckdb.DuckDBPyConnection:
-    """Open the database, retrying with jittered backoff while another process holds its lock."""
+_CORRUPT = ("not a valid DuckDB database file", "Corrupt database file", "Could not read enough bytes",
+            "does not match stored checksum", "Serialization Error")
+
+
+def explain(path: str | Path, exc: BaseException) -> StoreError | None:
+    """The StoreError a DuckDB (or OS) error stands for, or None when it is none of ours (a bad
+    query, a bug): full disk, corrupt file, lock held."""
+    msg = str(exc)
+    first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+    if "No space left on device" in msg or getattr(exc, "errno", None) == 28:
+        return StoreFull(f"{path}: No space left on device while writing the database; free space "
+                         "on its file system (nothing is lost: logs are re-read from the last "
+                         "checkpoint, tail keeps retrying)")
+    if any(k in msg for k in _CORRUPT):
+        return StoreCorrupt(f"{path}: the database file is corrupt or not a DuckDB database "
+                            f"({first}); restore it from a backup, or move it away and re-ingest "
+                            "the logs into a new --db")
+    if isinstance(exc, (duckdb.IOException, duckdb.ConnectionException)) and _is_lock_error(exc):
+        return StoreLocked(f"{path}: database is locked: another process (reader or writer) holds "
+                           "it; try again, or find it with `fuser` and stop it")
+    return None
+
+
+@contextlib.contextmanager
+def _gate(path: str, exclusive: bool, wait_s: float):
+    """A lock file next to the database that decides who goes next: a writer holds it exclusively
+    while it waits for the database, so readers arriving meanwhile queue behind it instead of
+    keeping the file busy forever. Readers hold it (shared) only while they open the database.
+    Yields False when the gate could not be taken in time (the caller then reports the lock)."""
+    gate = path + ".gate"
+    try:   # readers never create it: no writer has come yet, so there is nobody to queue behind
+        fd = os.open(gate, (os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY) | os.O_CLOEXEC,
+                     0o666)
+    except OSError:
+        yield True   # no gate yet (reader), or a read-only directory: nobody writes there
+        return
+    try:
+        deadline = time.monotonic() + wait_s
+        delay = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 1.6, LOCK_RETRY_MAX_S)
+        yield True
+    finally:
+        os.close(fd)   # releases the flock
+
+
+def _locked(path: str, wait_s: float, who: str) -> StoreLocked:
+    return StoreLocked(f"{path}: database is locked: another process (reader or writer) held it for "
+                       f"more than {wait_s:.0f} s while this {who} waited; try again, or find it "
+                       "with `fuser` and stop it")
+
+
+def connect(path: str | Path, read_only: bool, wait_s: float | None = None,
+            config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """Open the database, retrying with jittered backoff while another process holds its lock.
+    Readers get READER_CONFIG (see there); writers wait behind the gate (see `_gate`)."""
     path = str(path)
+    if wait_s is None:
+        wait_s = READ_WAIT_S if read_only else LOCK_WAIT_S
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(f"{path}: not a regular file (a FIFO, device or directory?); --db "
+                             "names a DuckDB database file")
+    if read_only and config is None:
+        config = dict(READER_CONFIG)
     deadline = time.monotonic() + wait_s
     delay = 0.005
-    while True:
-        try:
-            return duckdb.connect(path, read_only=read_only)
-        except (duckdb.IOException, duckdb.ConnectionException) as exc:
-            if not _is_lock_error(exc) or time.monotonic() >= deadline:
-                if _is_lock_error(exc):
-                    raise StoreError(f"{path}: database is locked by another process for more than "
-                                     f"{wait_s:.0f} s; try again, or stop the other writer") from None
-                raise StoreError(f"{path}: cannot open database: {exc}") from None
+    who = "reader" if read_only else "writer"
+    if read_only:
+        while True:   # the gate only while opening; never while the query runs
+            with _gate(path, False, max(0.0, deadline - time.monotonic())) as ok:
+                if not ok:
+                    raise _locked(path, wait_s, who)
+                try:
+                    return _open(path, read_only, config)
+                except StoreLocked:
+                    pass
+            if time.monotonic() >= deadline:
+                raise _locked(path, wait_s, who)
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.6, LOCK_RETRY_MAX_S)
+    with _gate(path, True, wait_s) as ok:
+        if not ok:
+            raise _locked(path, wait_s, who)
+        while True:
+            try:
+                return _open(path, read_only, config)
+            except StoreLocked:
+                if time.monotonic() >= deadline:
+                    raise _locked(path, wait_s, who) from None
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 1.6, LOCK_RETRY_MAX_S)
+
+
+def _open(path: str, read_only: bool, config: dict | None) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(path, read_only=read_only, config=config or {})
+    except duckdb.Error as exc:
+        err = explain(path, exc)
+        if err is None:
+            raise StoreError(f"{path}: cannot open database: {str(exc).splitlines()[0]}") from None
+        raise err from None
 
 
 @contextlib.contextmanager
@@ -84,14 +210,28 @@ def writer(path: str | Path, wait_s: float = LOCK_WAIT_S) -> Iterator[duckdb.Duc
     """A short-lived read-write connection with the schema in place. Keep the block short.
 
     Writers in one process take turns (DuckDB 2.0 fails two read-write connections of one process
-    to one file with catalog write-write conflicts); other processes are kept out by the file lock."""
+    to one file with catalog write-write conflicts); other processes are kept out by the file lock.
+    Raises StoreLocked after `wait_s` (LOCK_WAIT_S, longer than any specwatch reader may hold the
+    file), StoreFull when the disk is full, StoreCorrupt for a damaged file; these errors raised
+    inside the block are translated too (a transaction that failed is rolled back by DuckDB)."""
     with _process_lock(path):
         con = connect(path, read_only=False, wait_s=wait_s)
         try:
             ensure_schema(con)
             yield con
+        except (duckdb.Error, OSError) as exc:
+            err = explain(path, exc)
+            if err is None:
+                raise
+            raise err from None
         finally:
-            con.close()
+            try:
+                con.close()
+            except duckdb.Error as exc:  # the checkpoint at close can hit a full disk
+                err = explain(path, exc)
+                if err is None:
+                    raise
+                raise err from None
 
 
 _locks: dict[str, threading.RLock] = {}
@@ -105,12 +245,15 @@ def _process_lock(path: str | Path) -> threading.RLock:
 
 
 @contextlib.contextmanager
-def reader(path: str | Path, wait_s: float = LOCK_WAIT_S) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection. A missing file is an error that says how to create one."""
+def reader(path: str | Path, wait_s: float = READ_WAIT_S,
+           config: dict | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only, sandboxed connection (READER_CONFIG, plus `config`: e.g. memory_limit). A
+    missing file is an error that says how to create one."""
     if not Path(path).exists():
         raise StoreError(f"{path}: no such database; create it with `specwatch ingest LOG --db {path}` "
                          "or `specwatch run-sweep`")
-    con = connect(path, read_only=True, wait_s=wait_s)
+    cfg = {**(config or {}), **READER_CONFIG}   # lock_configuration last: it locks what precedes
+    con = connect(path, read_only=True, wait_s=wait_s, config=cfg)
     try:
         yield con
     finally:
@@ -228,8 +371,17 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
         con.execute("COMMIT")
         return n
     except BaseException:
-        con.execute("ROLLBACK")
+        rollback(con)
         raise
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if DuckDB still has one: after an I/O error (a full disk)
+    DuckDB has already aborted it, and a failing ROLLBACK must not hide the error that matters."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
 
 
 def upsert_run(con: duckdb.DuckDBPyConnection, run: dict) -> None:

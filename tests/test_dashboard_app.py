@@ -322,7 +322,7 @@ def test_reads_wait_for_a_writer_instead_of_failing(app, fixture_db, tmp_path):
 
 @pytest.mark.slow
 def test_writer_holding_past_the_read_wait_shows_last_data_and_a_quiet_note(app, fixture_db, tmp_path):
-    """Longer than the reader's lock wait (store.LOCK_WAIT_S): last data stays, a note says why."""
+    """Longer than the reader's lock wait (store.READ_WAIT_S): last data stays, a note says why."""
     import subprocess
     import sys
     import time
@@ -333,7 +333,7 @@ def test_writer_holding_past_the_read_wait_shows_last_data_and_a_quiet_note(app,
         "import duckdb, pathlib, time\n"
         f"con = duckdb.connect({str(fixture_db)!r})\n"
         f"pathlib.Path({str(ready)!r}).touch()\n"
-        f"time.sleep({store.LOCK_WAIT_S + 4})\ncon.close()\n")])
+        f"time.sleep({store.READ_WAIT_S + 4})\ncon.close()\n")])
     try:
         deadline = time.monotonic() + 20
         while not ready.exists():

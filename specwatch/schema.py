@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def _t(sql: str):
@@ -276,6 +276,28 @@ class Request:
     started_at: dt.datetime = _t("TIMESTAMP")
 
 
+
+@dataclass
+class Alert:
+    """A warning `specwatch tail` raised while following a log (rules: `specwatch/alerts.py`):
+    which rule, the decode window that fired it (`source_id`, `byte_offset`, `line_no`: also its
+    idempotency key with `rule`), what was measured against what threshold, and the message."""
+
+    run_id: str = _t("VARCHAR")
+    source_id: str = _t("VARCHAR")
+    byte_offset: int = _t("BIGINT")
+    line_no: int = _t("BIGINT")
+    path: str = _t("VARCHAR")
+    dp_rank: int = _t("INTEGER")
+    rule: str = _t("VARCHAR")       # low_accept_len | no_accept | accept_len_trend | dp_rank_disagree
+    severity: str = _t("VARCHAR")   # warning
+    value: float = _t("DOUBLE")     # the measured value that crossed `threshold`
+    threshold: float = _t("DOUBLE")
+    windows: int = _t("INTEGER")    # decode windows the rule looked at
+    ts: dt.datetime = _t("TIMESTAMP")         # log time of the firing window
+    raised_at: dt.datetime = _t("TIMESTAMP")  # wall clock when tail raised it
+    message: str = _t("VARCHAR")
+
 TABLES: dict[str, type] = {
     "sources": Source,
     "runs": Run,
@@ -288,6 +310,7 @@ TABLES: dict[str, type] = {
     "events": Event,
     "rejected_lines": RejectedLine,
     "requests": Request,
+    "alerts": Alert,
 }
 
 # Which table each parsed record kind goes to.

@@ -276,7 +276,6 @@ class Request:
     started_at: dt.datetime = _t("TIMESTAMP")
 
 
-
 @dataclass
 class Alert:
     """A warning `specwatch tail` raised while following a log (rules: `specwatch/alerts.py`):
@@ -297,6 +296,7 @@ class Alert:
     ts: dt.datetime = _t("TIMESTAMP")         # log time of the firing window
     raised_at: dt.datetime = _t("TIMESTAMP")  # wall clock when tail raised it
     message: str = _t("VARCHAR")
+
 
 TABLES: dict[str, type] = {
     "sources": Source,

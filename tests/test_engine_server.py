@@ -26,6 +26,7 @@ TARGET = "builtin:target"  # the committed weights (specwatch/engine/models)
 DRAFT = "builtin:draft-eagle3"
 INTERVAL = 4  # --decode-log-interval of the main server
 STEPS = 3  # chain: topk 1, draft tokens 4
+READ_TIMEOUT_S = 3.0  # the main server's request read deadline (slowloris test)
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?)((?: [A-Z]+\d+)*)\] (.*)$")
 
 
@@ -108,7 +109,8 @@ def server(tmp_path_factory):
         "--speculative-draft-model-path", DRAFT, "--speculative-num-steps", str(STEPS),
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(STEPS + 1),
         "--decode-log-interval", str(INTERVAL), "--mem-fraction-static", "0.8",
-        "--cuda-graph-max-bs", "8", "--trust-remote-code", "--enable-metrics"])
+        "--cuda-graph-max-bs", "8", "--trust-remote-code", "--enable-metrics"],
+        env={"SPECWATCH_ENGINE_READ_TIMEOUT_S": str(READ_TIMEOUT_S)})
     yield s
     assert s.stop() == 0
 
@@ -436,3 +438,122 @@ def test_dp2_tp2_lines_are_rank_tagged_and_sigterm_exits_zero(tmp_path):
         assert re.search(rf"^\[[\d-]+ [\d:]+\.\d{{3}} {rank}\] Prefill batch, ", log, re.M), rank
     assert "accept len" not in log  # no speculation: no accept fields
     assert re.search(r"^\[[^\]]*\d\] server_args=ServerArgs\(", log, re.M)  # main process: no tag
+
+
+# ------------------------------------------------------------------ the engine stays up
+
+def test_nan_inf_negative_and_tiny_temperatures_are_handled_like_sglang(server):
+    """SGLang 0.5.23 SamplingParams: verify() refuses non-finite or negative temperatures (400);
+    __post_init__ makes 0 <= temperature < 1e-6 greedy. The server survives every one."""
+    for raw, shown in ((b"NaN", "nan"), (b"Infinity", "inf"), (b"-Infinity", "-inf"),
+                       (b"-1e-40", "-1e-40")):
+        body = b'{"text": "x", "sampling_params": {"max_new_tokens": 4, "temperature": ' + \
+            raw + b"}}"
+        status, data = server.request("POST", "/generate", raw=body)
+        assert status == 400, (raw, status, data[:200])
+        assert json.loads(data)["error"]["message"] == \
+            f"temperature must be a non-negative finite number, got {shown}."
+    greedy_out = server.json("POST", "/generate", gen("tiny temperature", 8))["output_ids"]
+    for tiny in (1e-39, 5e-324, 9.9e-7):
+        out = server.json("POST", "/generate", gen("tiny temperature", 8, temperature=tiny))
+        assert out["output_ids"] == greedy_out, tiny
+    status, data = server.request("POST", "/v1/completions", raw=b'{"prompt": "x", '
+                                  b'"max_tokens": 2, "temperature": NaN}')
+    assert status == 400 and "non-negative finite" in json.loads(data)["message"]
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_deep_and_huge_bodies_are_4xx_not_500(server):
+    deep = b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, data = server.request("POST", "/generate", raw=deep)
+    assert status == 400 and "nested too deeply" in json.loads(data)["error"]["message"]
+    status, data = server.request("POST", "/v1/completions", raw=b"[" * 100_000)
+    assert status == 400
+    # A Content-Length over the limit is refused without reading (and the connection closed).
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as c:
+        c.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 999999999999\r\n\r\n{")
+        head = c.recv(4096)
+    assert head.startswith(b"HTTP/1.1 413 "), head[:100]
+    assert server.json("POST", "/generate", gen("still up", 2))["meta_info"]["completion_tokens"] == 2
+
+
+def test_64_concurrent_clients_get_no_connection_resets(server):
+    """A burst of 64 connections at once (listen backlog 5 reset a third of them)."""
+    results: list = [None] * 64
+    go = threading.Barrier(64)
+
+    def client(i: int) -> None:
+        go.wait()
+        try:
+            results[i] = server.request("POST", "/generate", gen(f"client {i}", 2), timeout=300)[0]
+        except OSError as e:
+            results[i] = repr(e)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert results == [200] * 64, [r for r in results if r != 200][:5]
+
+
+def test_slowloris_and_idle_connections_are_cut_at_the_read_deadline(server):
+    """Clients that send nothing, or a header line at a time, are shut down after the read
+    deadline; the server keeps answering meanwhile and no handler thread is left waiting."""
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(20)]
+    slow = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    slow.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\n")
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < READ_TIMEOUT_S + 3:
+            try:
+                slow.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                break
+            time.sleep(0.5)
+        assert server.json("POST", "/generate", gen("not blocked", 2))["output_ids"]
+        for c in idle + [slow]:
+            c.settimeout(READ_TIMEOUT_S + 10)
+            try:
+                assert c.recv(1) == b""      # closed by the server
+            except ConnectionResetError:
+                pass
+        assert time.monotonic() - t0 < 3 * READ_TIMEOUT_S + 20
+    finally:
+        for c in idle + [slow]:
+            c.close()
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_an_exception_in_a_scheduler_step_fails_that_request_not_the_scheduler():
+    """A real scheduler thread with the committed weights; a request the HTTP layer would have
+    refused (a token id outside the vocabulary) makes the prefill raise IndexError inside the
+    model: that request gets a 500 error event, the next one is served."""
+    import queue as queue_mod
+
+    from specwatch.engine import args as args_mod
+    from specwatch.engine import scheduler as sched_mod
+
+    parsed = args_mod.parse_args(["--model-path", TARGET, "--port", "0"])
+    fatal: list = []
+    s = sched_mod.Scheduler(parsed.server_args, dp_rank=None, device="cpu", context_len=256,
+                            on_fatal=fatal.append)
+    s.start()
+    try:
+        assert s.loaded.wait(120) and s.load_error is None
+        bad: queue_mod.Queue = queue_mod.Queue()
+        s.submit(sched_mod.GenRequest(rid="bad", index=0, input_ids=[1, 10**6], max_new_tokens=4,
+                                      out=bad, temperature=0.0))
+        ev = bad.get(timeout=120)
+        assert isinstance(ev, sched_mod.ErrorEvent) and ev.status == 500
+        assert "IndexError" in ev.message
+        good: queue_mod.Queue = queue_mod.Queue()
+        s.submit(sched_mod.GenRequest(rid="good", index=0, input_ids=[72, 105], max_new_tokens=3,
+                                      out=good, temperature=0.0))
+        while not isinstance(ev := good.get(timeout=120), sched_mod.FinishEvent):
+            assert not isinstance(ev, sched_mod.ErrorEvent), ev
+        assert len(ev.output_ids) == 3 and not fatal and s.is_alive()
+    finally:
+        s.stop()
+        s.join(30)

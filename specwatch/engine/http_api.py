@@ -11,6 +11,7 @@ Not here: sockets and routing (server.py), scheduling (scheduler.py).
 from __future__ import annotations
 
 import json
+import math
 import queue
 import time
 from dataclasses import dataclass, field
@@ -71,6 +72,9 @@ _SAMPLING_ALL = {"max_new_tokens", "temperature", "top_p", "top_k", "stop", "sto
                  "no_stop_trim", "seed", "sampling_seed"} | set(_SAMPLING_FIXED) | _SAMPLING_FREE
 
 
+SAMPLING_EPS = 1e-6  # sglang/srt/sampling/sampling_params.py _SAMPLING_EPS
+
+
 def parse_sampling(sp: Any, where: str = "sampling_params") -> Sampling:
     """SGLang's SamplingParams(**sp) + verify(): unknown keys and bad values are 400s."""
     if sp is None:
@@ -93,9 +97,12 @@ def parse_sampling(sp: Any, where: str = "sampling_params") -> Sampling:
         out.max_new_tokens = None  # until the context is full
     if sp.get("temperature") is not None:
         check_type(f"{where}.temperature", sp["temperature"], (int, float), "a number")
-        if sp["temperature"] < 0:
-            raise BadRequest(f"temperature must be non-negative, got {sp['temperature']}.")
-        out.temperature = float(sp["temperature"])
+        t = float(sp["temperature"])
+        # SGLang 0.5.23 SamplingParams.verify (JSON bodies may carry NaN and Infinity) ...
+        if not math.isfinite(t) or t < 0.0:
+            raise BadRequest(f"temperature must be a non-negative finite number, got {t}.")
+        # ... and __post_init__: 0 <= temperature < _SAMPLING_EPS (1e-6) is greedy (top_k = 1).
+        out.temperature = 0.0 if t < SAMPLING_EPS else t
     if sp.get("top_p") is not None:
         check_type(f"{where}.top_p", sp["top_p"], (int, float), "a number")
         if not 0 < sp["top_p"] <= 1:
@@ -236,8 +243,8 @@ class Call:
         while pending:
             ev = self.out.get()
             if isinstance(ev, ErrorEvent):
-                if ev.status == 400:
-                    raise BadRequest(ev.message)
+                if ev.status in (400, 500):
+                    raise BadRequest(ev.message, ev.status)
                 raise BadRequest(f"request aborted: {ev.message}", HTTPStatus.SERVICE_UNAVAILABLE)
             i = ev.index
             self.ids[i].extend(ev.new_ids)

@@ -5,6 +5,13 @@ schedulers (scheduler.py), serves HTTP with the standard library (threads; SSE s
 chunked transfer encoding), warms up with one /generate like SGLang, then prints
 `The server is fired up and ready to roll!`. SIGTERM / SIGINT stop it and it exits 0.
 
+Staying up under load and abuse: the listen backlog is 1024 (a burst of clients is queued, not
+reset); a connection must deliver its request (line, headers and body) within
+REQUEST_READ_TIMEOUT_S of starting to wait for it, or it is shut down by one deadline thread
+(slowloris, idle keep-alive), so no handler thread waits forever; a body over MAX_BODY_BYTES is a
+413, one nested too deeply for the JSON parser a 400; an exception in a scheduler step fails that
+step's requests (500), not the server.
+
 Endpoints: /health, /health_generate, /generate, /v1/completions, /v1/chat/completions,
 /v1/models, /model_info, /get_model_info, /server_info, /get_server_info, /flush_cache, /metrics.
 
@@ -37,6 +44,10 @@ from specwatch.engine.http_api import (
 # the `server_args=ServerArgs(...)` repr, so it is the one version all of our output matches.
 SGLANG_VERSION = "0.5.18"
 HEALTH_TIMEOUT_S = 20.0
+LISTEN_BACKLOG = 1024
+# A test knob (no SGLang flag exists for it): SPECWATCH_ENGINE_READ_TIMEOUT_S.
+REQUEST_READ_TIMEOUT_S = float(os.environ.get("SPECWATCH_ENGINE_READ_TIMEOUT_S") or 30.0)
+MAX_BODY_BYTES = 64 * 2**20
 WARMUP_PROMPT = "The capital city of France is"
 
 
@@ -183,15 +194,32 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
         pass  # errors are answered as JSON; access lines come from log_request
 
+    def handle_one_request(self) -> None:
+        """One request; its line, headers and body must arrive before the read deadline."""
+        self.server.deadlines.arm(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.deadlines.disarm(self.connection)
+
     def _read_body(self) -> None:
         """Read the whole body first, so that an early error leaves the connection in sync."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = 0
-        self._raw = self.rfile.read(length) if length > 0 else b""
+        self._too_large = length > MAX_BODY_BYTES
+        if self._too_large:
+            self.close_connection = True       # the body is not read: the stream is not in sync
+            self._raw = b""
+        else:
+            self._raw = self.rfile.read(length) if length > 0 else b""
+        self.server.deadlines.disarm(self.connection)   # generation may take as long as it takes
 
     def _body(self) -> Any:
+        if self._too_large:
+            raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes",
+                             HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
         raw = self._raw
         if not raw:
             return {}
@@ -199,6 +227,8 @@ class Handler(BaseHTTPRequestHandler):
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise BadRequest(f"invalid JSON body: {e}") from None
+        except RecursionError:
+            raise BadRequest("invalid JSON body: nested too deeply") from None
 
     def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
         data = payload if isinstance(payload, bytes) else (
@@ -463,8 +493,48 @@ ROUTES: dict[str, dict[str, Any]] = {
 # ----------------------------------------------------------------------------- process
 
 
+class _Deadlines:
+    """One thread shuts down connections whose request did not arrive in time (no thread per
+    connection waits forever on a client that sends nothing, or one byte at a time)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.lock = threading.Lock()
+        self.due: dict[Any, float] = {}
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, name="read-deadlines", daemon=True).start()
+
+    def arm(self, conn: Any) -> None:
+        with self.lock:
+            self.due[conn] = time.monotonic() + self.timeout_s
+
+    def disarm(self, conn: Any) -> None:
+        with self.lock:
+            self.due.pop(conn, None)
+
+    def _run(self) -> None:
+        import socket
+
+        while not self.stop.wait(0.25):
+            now = time.monotonic()
+            with self.lock:
+                late = [c for c, t in self.due.items() if t <= now]
+                for c in late:
+                    del self.due[c]
+            for c in late:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)   # the handler's read returns; it closes
+                except OSError:
+                    pass
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never blocks shutdown
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.deadlines = _Deadlines(REQUEST_READ_TIMEOUT_S)
+        super().__init__(*args, **kwargs)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up are normal; anything else is one prefixed log line, no traceback."""
@@ -573,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     while engine.inflight and time.monotonic() < deadline:
         time.sleep(0.02)
     httpd.server_close()
+    httpd.deadlines.stop.set()
     print(sglang_log.uvicorn_line(f"Finished server process [{os.getpid()}]"), file=sys.stderr,
           flush=True)
     return engine.exit_code

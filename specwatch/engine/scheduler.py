@@ -149,10 +149,14 @@ class Scheduler(threading.Thread):
                 self._drain_inbox(block=not self.running and not self.waiting)
                 self._drop_aborted()
                 batch = self._admit()
-                if batch:
-                    self._prefill(batch)
-                elif self.running:
-                    self._decode()
+                kind = "prefill" if batch else "decode"
+                try:
+                    if batch:
+                        self._prefill(batch)
+                    elif self.running:
+                        self._decode()
+                except Exception as e:  # this batch's requests fail, the server keeps serving
+                    self._fail_batch(kind, batch or list(self.running), e)
         except BaseException as e:
             self.log.error(f"Scheduler hit an exception: {traceback.format_exc()}")
             self._abort_all(f"scheduler failed: {e}")
@@ -350,6 +354,23 @@ class Scheduler(threading.Thread):
 
     def _usage(self) -> float:
         return self.tokens_in_use / self.max_total_num_tokens if self.max_total_num_tokens else 0.0
+
+    def _fail_batch(self, kind: str, batch: list[GenRequest], e: Exception) -> None:
+        """A step raised: its requests end with a 500 error and free their KV; the rest go on."""
+        self.log.error(f"A {kind} step failed; "
+                       f"its {len(batch)} request(s) end with an error: {e!r}\n"
+                       f"{traceback.format_exc()}")
+        for r in batch:
+            for pool in (self.running, self.waiting):
+                if r in pool:
+                    pool.remove(r)
+            if r.dreq is not None:
+                try:
+                    self.decoder.release(r.dreq)
+                except Exception:  # the slot is lost, not the server
+                    pass
+            r.out.put(ErrorEvent(r.index, f"internal error in the scheduler: {e!r}", 500))
+        self.tokens_in_use = self.decoder.tokens_in_use()
 
     def _abort_all(self, message: str) -> None:
         pending = list(self.running) + list(self.waiting)

@@ -134,12 +134,12 @@ def ingest(paths, db, run):
     for r in results:
         for w in r.warnings:
             click.echo(f"specwatch ingest: {w}", err=True)
-        if r.source_id is not None or r.lines:
+        if (r.source_id is not None or r.lines) and not r.unrecognised:
             read += 1
             click.echo(f"{r.path}: {r.lines} new lines, {r.rows} rows stored"
                        + (f", {r.rejected} rejected (see rejected_lines)" if r.rejected else ""))
     if read == 0:
-        raise click.ClickException("nothing could be read")
+        raise click.ClickException("nothing stored: no input held a log line specwatch reads")
 
 
 @cli.command()
@@ -176,28 +176,26 @@ def sql(query, db, fmt, max_rows, timeout, memory_mb):
 @cli.command()
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
-              show_default=True)
-@click.option("--run", default=None, help="Only this run (name or id).")
+              show_default=True, help="table: fits the terminal; json/csv: every column.")
+@click.option("--run", default=None, help="Only the configs that contain this run (name or id).")
 @click.option("--sweep", default=None, help="Only this sweep.")
-def report(db, fmt, run, sweep):
-    """One row per run/config: window-weighted accept length, accept rate (printed, and recomputed
-    comparably across SGLang versions), generation throughput summed over DP ranks, client tok/s and
-    latency (sweeps), and speedup over a no-speculation baseline of the same model when one exists.
+@click.option("--wide", is_flag=True, help="Table with every column (as long as lines need).")
+def report(db, fmt, run, sweep, wide):
+    """Per config and concurrency, over its repeats: accept length, accept rate, tok/s with a 95%
+    interval, speedup over the matched no-speculation baseline with a 95% interval, and a verdict
+    (pays / loses / unclear); then the winner per concurrency, or why there is none. The README's
+    glossary explains every column; formulas are in specwatch/views.py.
 
     Example: specwatch report --db runs.duckdb --format json
     """
     from specwatch import query as q
+    from specwatch import tables
 
     try:
-        res = q.report(db, run=run, sweep=sweep)
+        rep = q.stats_report(db, run=run, sweep=sweep)
     except (q.QueryError, store.StoreError) as exc:
         raise click.ClickException(str(exc))
-    if fmt == "table":
-        keep = [i for i, c in enumerate(res.columns)
-                if any(r[i] is not None for r in res.rows) or c in ("run_name", "accept_len")]
-        render([res.columns[i] for i in keep], [tuple(r[i] for i in keep) for r in res.rows], fmt)
-    else:
-        render(res.columns, res.rows, fmt)
+    tables.print_report(rep, fmt=fmt, wide=wide)
 
 
 @cli.command()
@@ -206,16 +204,40 @@ def report(db, fmt, run, sweep):
 @click.option("--run", default=None, help="Run name (default: each file's name).")
 @click.option("--poll-interval", default=0.25, show_default=True,
               help="Seconds between polls when file-system events are not delivered.")
-def tail(files, db, run, poll_interval):
+@click.option("--quiet", is_flag=True, help="Print nothing (warnings are still stored in alerts).")
+@click.option("--alert-accept-len", default=1.5, show_default=True,
+              help="Warn when accept length stays below this ...")
+@click.option("--alert-windows", default=2, show_default=True, type=click.IntRange(min=1),
+              help="... for this many consecutive decode windows (also for accept len 1.00 / "
+                   "accept rate 0.00 with requests running).")
+@click.option("--alert-trend-windows", default=10, show_default=True, type=click.IntRange(min=2),
+              help="Warn when the mean accept length of the last N windows ...")
+@click.option("--alert-trend-drop", default=0.2, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True),
+              help="... is this fraction below the mean of the first N.")
+@click.option("--alert-rank-gap", default=0.25, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Warn when a DP rank's accept length is this fraction away from the other ranks'.")
+def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
+         alert_trend_windows, alert_trend_drop, alert_rank_gap):
     """Follow growing log files and ingest new complete lines as they appear, exactly once, across
-    rotation (rename or copy-truncate), truncation and restarts, until SIGINT/SIGTERM.
+    rotation (rename or copy-truncate), truncation and restarts, until SIGINT/SIGTERM. On a
+    terminal it keeps one status line per file (windows stored, last accept length and rate, gen
+    tok/s, lag) and prints a warning when a rule fires (accept length low for N windows, the stuck
+    accept len 1.00 / accept rate 0.00 signature, accept length trending down, a DP rank
+    disagreeing); warnings are stored in the `alerts` table.
 
     Example: specwatch tail /var/log/sglang/server.log --db runs.duckdb --run llama-eagle3
     """
+    from specwatch import alerts
     from specwatch import tail as tl
 
+    rules = alerts.Rules(accept_len_min=alert_accept_len, windows=alert_windows,
+                         trend_windows=alert_trend_windows, trend_drop_frac=alert_trend_drop,
+                         rank_gap_frac=alert_rank_gap)
     try:
-        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval)
+        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval, rules=rules,
+                  board=None if quiet else alerts.Board())
     except store.StoreError as exc:
         raise click.ClickException(str(exc))
 

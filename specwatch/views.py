@@ -15,7 +15,7 @@ from __future__ import annotations
 #   that includes warm-up/idle, and its accept length can mix in steps from before the run
 #   (LOG_FORMATS §4.3), so summaries drop it unless it is the only window of its rank.
 #
-# config_summary (one row per run and server config):
+# run_metrics (one row per run and server config; config_summary adds the per-run speedups):
 #   accept_len          = Σ(accept_len_w · running_req_w) / Σ running_req_w over kept windows.
 #                         A window's accept_len is Σ tokens / Σ batch sizes over its steps; weighting
 #                         by the batch size printed at the window's end approximates Σ batch sizes.
@@ -28,14 +28,14 @@ from __future__ import annotations
 #   gen_throughput_tok_s = Σ over DP ranks of the mean `gen throughput` of that rank's kept windows
 #                         (each scheduler prints its own; system throughput is their sum).
 #   output_tok_s, ttft/itl/tpot/e2e percentiles: client-side, from the run's load (sweeps only).
-#   baseline_run_id     = a run of the same model, TP and DP size without speculation: the run
-#                         itself if it is one, else same sweep and concurrency preferred, then same
-#                         concurrency, then any; latest first.
+#   accept_len_request_weighted = mean over the run's measured requests of output tokens / verify
+#                         steps (client side, sweeps only); accept_len above is token-weighted.
+#   group_id            = the repeats a statistic pools: a sweep's (config, concurrency), or an
+#                         ingested log's (run, server config).
 #   vLLM runs: accept_len = Σ(mean acceptance length · drafted) / Σ drafted; accept_rate =
 #                         Σ accepted / Σ drafted; gen_throughput_tok_s = mean non-zero
 #                         `Avg generation throughput`.
-#   speedup_gen         = gen_throughput_tok_s / baseline's gen_throughput_tok_s.
-#   speedup_client      = output_tok_s / baseline's output_tok_s (equal concurrency only).
+#   speedups, baseline matching, repeats, intervals and verdicts: see config_stats below.
 # ---------------------------------------------------------------------------------------------
 # low_accept_len     = speculative run whose accept_len < LOW_ACCEPT_LEN (the draft barely predicts:
 #                        typically wrong eagle_aux_hidden_state_layer_ids or a draft/target mismatch;
@@ -75,7 +75,7 @@ FROM cfg
 WINDOW w AS (PARTITION BY run_id, source_id, config_offset, dp_rank, pp_rank ORDER BY byte_offset)
 """,
     """
-CREATE OR REPLACE VIEW config_summary AS
+CREATE OR REPLACE VIEW run_metrics AS
 WITH kept AS (
   SELECT * FROM decode_windows_scoped WHERE NOT after_idle OR rank_windows = 1
 ), per_rank AS (
@@ -117,6 +117,13 @@ WITH kept AS (
    AND (rs.offset_to IS NULL OR t.byte_offset < rs.offset_to)
   WHERE t.avg_generation_throughput_tok_s > 0
   GROUP BY rs.run_id
+), req AS (
+  -- request-weighted accept length: the mean over measured requests of each one's own
+  -- output tokens / verify steps (short or easy requests count as much as long ones)
+  SELECT run_id, avg(output_tokens / spec_verify_ct) AS accept_len_request_weighted
+  FROM requests
+  WHERE success AND NOT coalesce(is_warmup, false) AND spec_verify_ct > 0
+  GROUP BY run_id
 ), rows AS (
   SELECT
     r.run_id, r.run_name, r.origin, r.sweep_name, r.config_name, r.engine, r.concurrency,
@@ -133,6 +140,8 @@ WITH kept AS (
       AS speculative_num_draft_tokens,
     coalesce(c.tp_size, r.tp_size) AS tp_size,
     coalesce(c.dp_size, r.dp_size) AS dp_size,
+    c.pp_size AS pp_size,
+    r.sampling_fingerprint,
     c.sglang_version AS sglang_version,
     r.aux_layer_ids,
     p.dp_ranks, coalesce(p.windows, vl.windows, 0) AS windows,
@@ -142,46 +151,352 @@ WITH kept AS (
     r.output_tok_s, r.request_per_s, r.requests_ok, r.requests_failed,
     r.ttft_ms_p50, r.ttft_ms_p90, r.ttft_ms_p99, r.itl_ms_p50, r.itl_ms_p90, r.itl_ms_p99,
     r.tpot_ms_p50, r.tpot_ms_p99, r.e2e_ms_p50, r.e2e_ms_p99,
-    r.client_accept_len, r.server_accept_len
+    r.client_accept_len, r.server_accept_len,
+    CASE WHEN coalesce(c.speculative_algorithm, r.speculative_algorithm) IS NOT NULL
+         THEN req.accept_len_request_weighted END AS accept_len_request_weighted
   FROM runs r LEFT JOIN per_cfg p USING (run_id)
   -- the config each group of windows ran under (the server_args line they were ASOF-joined to)
   LEFT JOIN server_configs c ON c.source_id = p.config_source_id AND c.byte_offset = p.config_offset
   LEFT JOIN vllm vl ON vl.run_id = r.run_id LEFT JOIN vllm_tput vt ON vt.run_id = r.run_id
-), with_rate AS (
+  LEFT JOIN req ON req.run_id = r.run_id
+), grouped AS (
   SELECT *,
     CASE WHEN vllm_accept_rate IS NOT NULL THEN vllm_accept_rate
          WHEN speculative_algorithm IS NOT NULL AND speculative_num_draft_tokens > 1
          THEN (accept_len - 1) / (speculative_num_draft_tokens - 1) END AS accept_rate
   FROM rows
-), matched AS (
-  SELECT s.run_id, s.config_offset, b.run_id AS baseline_run_id,
-    b.gen_throughput_tok_s AS baseline_gen_tok_s, b.output_tok_s AS baseline_output_tok_s,
-    row_number() OVER (PARTITION BY s.run_id, s.config_offset ORDER BY
-      (b.run_id = s.run_id) DESC,
-      (b.sweep_name IS NOT DISTINCT FROM s.sweep_name) DESC,
-      (b.concurrency IS NOT DISTINCT FROM s.concurrency) DESC,
-      b.created_at DESC, b.run_id) AS pick
-  FROM with_rate s JOIN with_rate b
-    ON b.speculative_algorithm IS NULL AND b.model_path = s.model_path
-   AND coalesce(b.status, 'ok') = 'ok'
-   AND b.tp_size IS NOT DISTINCT FROM s.tp_size AND b.dp_size IS NOT DISTINCT FROM s.dp_size
-   AND (b.gen_throughput_tok_s IS NOT NULL OR b.output_tok_s IS NOT NULL)
-)
-, final AS (
-SELECT w.*, m.baseline_run_id,
-  w.gen_throughput_tok_s / nullif(m.baseline_gen_tok_s, 0) AS speedup_gen,
-  CASE WHEN (SELECT concurrency FROM runs WHERE run_id = m.baseline_run_id)
-            IS NOT DISTINCT FROM w.concurrency
-       THEN w.output_tok_s / nullif(m.baseline_output_tok_s, 0) END AS speedup_client
-FROM with_rate w LEFT JOIN matched m
-  ON m.run_id = w.run_id AND m.config_offset IS NOT DISTINCT FROM w.config_offset AND m.pick = 1
 )
 SELECT *,
-  (speculative_algorithm IS NOT NULL AND accept_len < LOW_ACCEPT_LEN) AS low_accept_len,
+  -- repeats of one measurement share a group: a sweep's (config, concurrency); an ingested
+  -- log's (run, server config) is a group of its own
+  CASE WHEN origin = 'sweep' AND sweep_name IS NOT NULL AND config_name IS NOT NULL
+       THEN sweep_name || '/' || config_name || '/c' || coalesce(CAST(concurrency AS VARCHAR), '-')
+       ELSE run_id || '@' || coalesce(CAST(config_offset AS VARCHAR), '-') END AS group_id
+FROM grouped
+""",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Repeats, baselines and verdicts (issue 12). Every statistic is defined here, once.
+#
+# run_groups (one row per measurement group): the repeats of one sweep (config, concurrency), or
+#   one ingested log's (run, server config). Carries what a baseline must match.
+#
+# group_baselines (one row per group that has a baseline candidate): the baseline group it is
+#   compared with. A candidate must have the same model, TP, DP, PP size and concurrency, and must
+#   not have a different sampling fingerprint (runs.sampling_fingerprint: temperature, top_p, top_k,
+#   ignore_eos, max tokens, chat template, seed, prompts). Preferred: the group itself (a baseline),
+#   the same sweep, the same log, one with 2+ repeats (it can give an interval), then the latest. `baseline_match` says what kind of match it is:
+#     self              the group is a baseline
+#     same-sweep        measured in the same sweep (the comparison to trust)
+#     other-sweep       a baseline from another sweep: check it ran on the same machine and load
+#     same-log / other-log   ingested logs (no sweep): the same file / another file
+#   plus, joined with '+': other-version (SGLang versions differ), other-day (sweep runs made on
+#   different days), sampling-unknown (either side has no fingerprint: an ingested log).
+#     sampling-differs  the only candidates ran other sampling settings: NOT compared (no speedup).
+#
+# config_stats (one row per group). n = repeats = ok runs with a client tok/s. Formulas:
+#   output_tok_s_mean   = Σ x_i / n over the repeats' client tok/s x_i
+#   output_tok_s_median = the middle repeat (mean of the two middle ones for even n)
+#   output_tok_s_sd     = sqrt(Σ (x_i − mean)² / (n − 1))            (NULL for n < 2)
+#   output_tok_s_cv     = sd / mean                                    (coefficient of variation)
+#   output_tok_s_ci_low/high = mean ∓ t(0.975, n − 1) · sd / sqrt(n)  (Student t, 95 %)
+#   accept_len          = mean over repeats of the run's token-weighted accept length (the DEFAULT:
+#                         Σ tokens / Σ verify steps over every sequence-step, what throughput follows,
+#                         what SGLang prints); accept_len_sd/min/max its spread over repeats (0 for
+#                         greedy decoding of the same prompts; noisy when sampling).
+#   accept_len_request_weighted = mean over repeats of (mean over requests of each request's
+#                         tokens / verify steps): weights every request equally, so short or easy
+#                         requests pull it around; vLLM's per-request averages are of this kind.
+#   accept_rate         = mean over repeats of config_summary.accept_rate.
+#   speedup             = mean_s / mean_b: the group's mean client tok/s over its baseline's
+#                         (`speedup_basis` = 'client'); when either side has no client numbers
+#                         (ingested logs) the server log's gen throughput instead ('server-log').
+#   speedup_ci_low/high = a log-ratio Welch t interval (95 %):
+#                           v_x  = sd_x² / (n_x · mean_x²)     (delta-method variance of log mean_x)
+#                           se   = sqrt(v_s + v_b)
+#                           df   = (v_s + v_b)² / (v_s² / (n_s − 1) + v_b² / (n_b − 1))  (Welch)
+#                           ci   = speedup · exp(∓ t(0.975, floor(df)) · se)
+#                         Why this and not a bootstrap: with 3 repeats a bootstrap has only 10
+#                         distinct resamples and its percentile interval is far too narrow; the
+#                         t interval is honest at small n. Why log scale: tok/s is positive and its
+#                         noise multiplicative, the interval stays positive and contains the point
+#                         estimate by construction. Unpaired (Welch), because repeats of a config
+#                         and of its baseline are not guaranteed to pair up (other sweeps, other
+#                         numbers of repeats); interleaving still cancels drift in the means.
+#                         NULL with fewer than 2 repeats on either side.
+#   verdict             = 'pays' when speedup_ci_low > 1, 'loses' when speedup_ci_high < 1,
+#                         'unclear' otherwise (interval contains 1, fewer than 2 repeats, no
+#                         comparable baseline); 'baseline' for a baseline's own row (speedup 1);
+#                         'failed' when no run of the group measured anything.
+#   verdict_reason      = why, in words.
+#
+# concurrency_winners (one row per sweep and concurrency): candidates are the configs with a
+#   speedup plus the baseline (speedup 1, interval [1, 1]). The best point estimate wins only when
+#   its interval lies above every other candidate's (no overlap); else winner is NULL and
+#   `note` says "no clear winner: A and B overlap" (B = the rival whose interval reaches highest).
+#   `losers` lists the configs whose verdict is 'loses'.
+# ---------------------------------------------------------------------------------------------
+
+# Two-sided 95 % Student t quantiles t(0.975, df), from tables (checked against scipy in
+# tests/test_stats.py). A non-integer Welch df uses the entry at or below it (conservative).
+T975 = [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706), (6, 2.4469),
+        (7, 2.3646), (8, 2.3060), (9, 2.2622), (10, 2.2281), (11, 2.2010), (12, 2.1788),
+        (13, 2.1604), (14, 2.1448), (15, 2.1314), (16, 2.1199), (17, 2.1098), (18, 2.1009),
+        (19, 2.0930), (20, 2.0860), (21, 2.0796), (22, 2.0739), (23, 2.0687), (24, 2.0639),
+        (25, 2.0595), (26, 2.0555), (27, 2.0518), (28, 2.0484), (29, 2.0452), (30, 2.0423),
+        (40, 2.0211), (60, 2.0003), (120, 1.9799)]
+
+
+def t975_sql(df: str) -> str:
+    """SQL expression: t(0.975, df) for the SQL expression `df` (NULL when df < 1 or NULL)."""
+    arms = [f"WHEN ({df}) < {hi} THEN {t}" for (lo, t), (hi, _) in zip(T975, T975[1:])]
+    return (f"(CASE WHEN ({df}) IS NULL OR ({df}) < 1 THEN NULL {' '.join(arms)} "
+            f"ELSE {T975[-1][1]} END)")
+
+
+OK = "coalesce(status, 'ok') = 'ok'"
+
+VIEWS.append(f"""
+CREATE OR REPLACE VIEW run_groups AS
+SELECT group_id,
+  any_value(sweep_name) AS sweep_name, any_value(config_name) AS config_name,
+  coalesce(any_value(config_name), any_value(run_name)) AS config,
+  any_value(origin) AS origin, min(run_id) AS first_run_id,
+  any_value(concurrency) AS concurrency, any_value(model_path) AS model_path,
+  any_value(draft_model_path) AS draft_model_path,
+  any_value(speculative_algorithm) AS speculative_algorithm,
+  any_value(speculative_num_steps) AS speculative_num_steps,
+  any_value(speculative_eagle_topk) AS speculative_eagle_topk,
+  any_value(speculative_num_draft_tokens) AS speculative_num_draft_tokens,
+  any_value(tp_size) AS tp_size, any_value(dp_size) AS dp_size, any_value(pp_size) AS pp_size,
+  any_value(sampling_fingerprint) AS sampling_fingerprint,
+  any_value(sglang_version) AS sglang_version, any_value(engine) AS engine,
+  bool_and(speculative_algorithm IS NULL) AS is_baseline,
+  min(created_at) AS first_created_at, max(created_at) AS last_created_at,
+  count(*) FILTER (WHERE {OK} AND (output_tok_s IS NOT NULL OR gen_throughput_tok_s IS NOT NULL))
+    AS runs_with_throughput
+FROM run_metrics GROUP BY group_id
+""")
+
+VIEWS.append("""
+CREATE OR REPLACE VIEW group_baselines AS
+WITH cand AS (
+  SELECT s.group_id, b.group_id AS candidate_group_id,
+    coalesce(s.sampling_fingerprint <> b.sampling_fingerprint, false) AS sampling_differs,
+    (s.sweep_name IS NOT NULL AND s.sweep_name = b.sweep_name) AS same_sweep,
+    concat_ws('+',
+      CASE WHEN s.sweep_name IS NOT NULL AND s.sweep_name = b.sweep_name THEN 'same-sweep'
+           WHEN s.sweep_name IS NOT NULL AND b.sweep_name IS NOT NULL THEN 'other-sweep'
+           WHEN s.first_run_id = b.first_run_id THEN 'same-log'
+           ELSE 'other-log' END,
+      CASE WHEN s.sglang_version <> b.sglang_version THEN 'other-version' END,
+      CASE WHEN s.sweep_name IS NOT NULL AND b.sweep_name IS NOT NULL
+            AND CAST(s.last_created_at AS DATE) <> CAST(b.last_created_at AS DATE)
+           THEN 'other-day' END,
+      CASE WHEN s.sampling_fingerprint IS NULL OR b.sampling_fingerprint IS NULL
+           THEN 'sampling-unknown' END) AS match_kind,
+    row_number() OVER (PARTITION BY s.group_id ORDER BY
+      coalesce(s.sampling_fingerprint <> b.sampling_fingerprint, false),
+      (b.group_id = s.group_id) DESC,
+      (s.sweep_name IS NOT NULL AND s.sweep_name = b.sweep_name) DESC,
+      (s.first_run_id = b.first_run_id) DESC,
+      (b.runs_with_throughput >= 2) DESC,     -- one that can give an interval
+      b.last_created_at DESC, b.group_id) AS pick
+  FROM run_groups s JOIN run_groups b
+    ON b.is_baseline AND b.runs_with_throughput > 0 AND b.model_path = s.model_path
+   AND b.tp_size IS NOT DISTINCT FROM s.tp_size AND b.dp_size IS NOT DISTINCT FROM s.dp_size
+   -- a server_args line without pp_size is from a version without pipeline parallelism: PP 1
+   AND coalesce(b.pp_size, 1) = coalesce(s.pp_size, 1)
+   AND b.concurrency IS NOT DISTINCT FROM s.concurrency
+)
+SELECT group_id,
+  CASE WHEN NOT sampling_differs THEN candidate_group_id END AS baseline_group_id,
+  CASE WHEN sampling_differs THEN candidate_group_id END AS differing_baseline_group_id,
+  CASE WHEN sampling_differs THEN 'sampling-differs'
+       WHEN candidate_group_id = group_id THEN 'self'
+       ELSE match_kind END AS baseline_match
+FROM cand WHERE pick = 1
+""")
+
+# config_summary (one row per run and server config): run_metrics plus the per-run speedups
+# against the matched baseline group (group_baselines): the baseline run of the same repeat when
+# there is one, else that group's latest.
+#   speedup_gen    = gen_throughput_tok_s / baseline's gen_throughput_tok_s   (one run each)
+#   speedup_client = output_tok_s / baseline's output_tok_s                    (one run each)
+# These are single-run ratios, for a run's details and doctor; the speedup to trust, with its
+# interval and verdict, is config_stats.speedup.
+VIEWS.append(f"""
+CREATE OR REPLACE VIEW config_summary AS
+WITH pick AS (
+  SELECT m.run_id, m.config_offset, b.run_id AS baseline_run_id,
+    b.gen_throughput_tok_s AS baseline_gen_tok_s, b.output_tok_s AS baseline_output_tok_s,
+    row_number() OVER (PARTITION BY m.run_id, m.config_offset ORDER BY
+      (b.run_id = m.run_id) DESC, (b.repeat_idx IS NOT DISTINCT FROM m.repeat_idx) DESC,
+      b.created_at DESC, b.run_id) AS k
+  FROM run_metrics m JOIN group_baselines gb ON gb.group_id = m.group_id
+  JOIN run_metrics b ON b.group_id = gb.baseline_group_id AND coalesce(b.status, 'ok') = 'ok'
+   AND (b.gen_throughput_tok_s IS NOT NULL OR b.output_tok_s IS NOT NULL)
+), final AS (
+  SELECT m.*, gb.baseline_match, p.baseline_run_id,
+    m.gen_throughput_tok_s / nullif(p.baseline_gen_tok_s, 0) AS speedup_gen,
+    m.output_tok_s / nullif(p.baseline_output_tok_s, 0) AS speedup_client
+  FROM run_metrics m LEFT JOIN group_baselines gb ON gb.group_id = m.group_id
+  LEFT JOIN pick p ON p.run_id = m.run_id AND p.config_offset IS NOT DISTINCT FROM m.config_offset
+   AND p.k = 1
+)
+SELECT *,
+  (speculative_algorithm IS NOT NULL AND accept_len < {LOW_ACCEPT_LEN}) AS low_accept_len,
   coalesce(speedup_client < 1, speedup_gen < 1) AS slower_than_baseline
 FROM final
-""".replace("LOW_ACCEPT_LEN", str(LOW_ACCEPT_LEN)),
-]
+""")
+
+VIEWS.append(f"""
+CREATE OR REPLACE VIEW config_stats AS
+WITH per AS (
+  SELECT group_id,
+    count(*) AS runs,
+    count(*) FILTER (WHERE NOT ({OK})) AS runs_failed,
+    count(output_tok_s) FILTER (WHERE {OK}) AS repeats,
+    avg(output_tok_s) FILTER (WHERE {OK}) AS output_tok_s_mean,
+    median(output_tok_s) FILTER (WHERE {OK}) AS output_tok_s_median,
+    stddev_samp(output_tok_s) FILTER (WHERE {OK}) AS output_tok_s_sd,
+    count(gen_throughput_tok_s) FILTER (WHERE {OK}) AS gen_repeats,
+    avg(gen_throughput_tok_s) FILTER (WHERE {OK}) AS gen_throughput_tok_s_mean,
+    stddev_samp(gen_throughput_tok_s) FILTER (WHERE {OK}) AS gen_throughput_tok_s_sd,
+    avg(accept_len) FILTER (WHERE {OK}) AS accept_len,
+    stddev_samp(accept_len) FILTER (WHERE {OK}) AS accept_len_sd,
+    min(accept_len) FILTER (WHERE {OK}) AS accept_len_min,
+    max(accept_len) FILTER (WHERE {OK}) AS accept_len_max,
+    avg(accept_len_request_weighted) FILTER (WHERE {OK}) AS accept_len_request_weighted,
+    avg(accept_rate) FILTER (WHERE {OK}) AS accept_rate,
+    avg(accept_rate_printed) FILTER (WHERE {OK}) AS accept_rate_printed,
+    avg(ttft_ms_p50) FILTER (WHERE {OK}) AS ttft_ms_p50_mean,
+    avg(ttft_ms_p99) FILTER (WHERE {OK}) AS ttft_ms_p99_mean,
+    avg(itl_ms_p50) FILTER (WHERE {OK}) AS itl_ms_p50_mean,
+    avg(itl_ms_p99) FILTER (WHERE {OK}) AS itl_ms_p99_mean,
+    string_agg(DISTINCT failure_reason, '; ') AS failure_reasons
+  FROM run_metrics GROUP BY group_id
+), s AS (
+  SELECT g.*, per.* EXCLUDE (group_id), gb.baseline_group_id, gb.differing_baseline_group_id,
+    gb.baseline_match,
+    per.output_tok_s_sd / nullif(per.output_tok_s_mean, 0) AS output_tok_s_cv,
+    per.output_tok_s_mean - {t975_sql('per.repeats - 1')} * per.output_tok_s_sd
+      / sqrt(per.repeats) AS output_tok_s_ci_low,
+    per.output_tok_s_mean + {t975_sql('per.repeats - 1')} * per.output_tok_s_sd
+      / sqrt(per.repeats) AS output_tok_s_ci_high
+  FROM run_groups g JOIN per USING (group_id) LEFT JOIN group_baselines gb USING (group_id)
+), j AS (
+  SELECT s.*, b.config AS baseline_config, b.sweep_name AS baseline_sweep_name,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN 'client'
+         WHEN s.gen_repeats > 0 AND b.gen_repeats > 0 THEN 'server-log' END AS speedup_basis,
+    b.output_tok_s_mean AS baseline_output_tok_s_mean, b.repeats AS baseline_repeats,
+    b.gen_throughput_tok_s_mean AS baseline_gen_throughput_tok_s_mean,
+    b.gen_repeats AS baseline_gen_repeats,
+    -- the basis' (mean, sd, n) of this group (x) and of its baseline (y)
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.output_tok_s_mean
+         ELSE s.gen_throughput_tok_s_mean END AS mx,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.output_tok_s_sd
+         ELSE s.gen_throughput_tok_s_sd END AS sx,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.repeats ELSE s.gen_repeats END AS nx,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.output_tok_s_mean
+         ELSE b.gen_throughput_tok_s_mean END AS my,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.output_tok_s_sd
+         ELSE b.gen_throughput_tok_s_sd END AS sy,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.repeats ELSE b.gen_repeats END AS ny
+  FROM s LEFT JOIN s b ON b.group_id = s.baseline_group_id
+), v AS (
+  SELECT *,
+    CASE WHEN is_baseline AND speedup_basis IS NOT NULL THEN 1.0
+         ELSE mx / nullif(my, 0) END AS speedup,
+    pow(sx, 2) / (nx * pow(nullif(mx, 0), 2)) AS var_log_x,
+    pow(sy, 2) / (ny * pow(nullif(my, 0), 2)) AS var_log_y
+  FROM j
+), ci AS (
+  SELECT *,
+    sqrt(var_log_x + var_log_y) AS speedup_log_se,
+    CASE WHEN var_log_x + var_log_y > 0
+         THEN pow(var_log_x + var_log_y, 2)
+              / (pow(var_log_x, 2) / (nx - 1) + pow(var_log_y, 2) / (ny - 1)) END AS speedup_df
+  FROM v
+), bounds AS (
+  SELECT *,
+    CASE WHEN is_baseline THEN speedup
+         WHEN speedup IS NULL OR nx < 2 OR ny < 2 THEN NULL
+         WHEN speedup_log_se = 0 THEN speedup
+         ELSE speedup * exp(-{t975_sql('floor(speedup_df)')} * speedup_log_se) END
+      AS speedup_ci_low,
+    CASE WHEN is_baseline THEN speedup
+         WHEN speedup IS NULL OR nx < 2 OR ny < 2 THEN NULL
+         WHEN speedup_log_se = 0 THEN speedup
+         ELSE speedup * exp({t975_sql('floor(speedup_df)')} * speedup_log_se) END
+      AS speedup_ci_high
+  FROM ci
+)
+SELECT * EXCLUDE (mx, sx, nx, my, sy, ny, var_log_x, var_log_y),
+  CASE WHEN is_baseline THEN 'baseline'
+       WHEN runs_with_throughput = 0 AND runs_failed > 0 THEN 'failed'
+       WHEN speedup_ci_low > 1 THEN 'pays'
+       WHEN speedup_ci_high < 1 THEN 'loses'
+       ELSE 'unclear' END AS verdict,
+  CASE WHEN is_baseline THEN 'the no-speculation baseline itself'
+       WHEN runs_with_throughput = 0 AND runs_failed > 0 THEN 'every run failed: ' || failure_reasons
+       WHEN baseline_match = 'sampling-differs' THEN
+         'not compared: the only baseline of this model, TP/DP/PP and concurrency ran other '
+         || 'sampling settings (sampling_fingerprint); measure one with the same workload'
+       WHEN baseline_group_id IS NULL THEN
+         'no baseline of the same model, TP/DP/PP size and concurrency to compare with'
+       WHEN speedup IS NULL THEN 'no throughput measured for this config or its baseline'
+       WHEN nx < 2 OR ny < 2 THEN
+         'one repeat: no interval; add repeats (repeats = 3 in the sweep file)'
+       WHEN speedup_ci_low > 1 THEN 'the 95% interval of the speedup lies above 1'
+       WHEN speedup_ci_high < 1 THEN 'the 95% interval of the speedup lies below 1'
+       ELSE 'the 95% interval of the speedup contains 1: within noise; add repeats or '
+            || 'accept that it does not matter' END AS verdict_reason
+FROM bounds
+""")
+
+VIEWS.append("""
+CREATE OR REPLACE VIEW concurrency_winners AS
+WITH c AS (
+  SELECT sweep_name, concurrency, config, verdict, speedup, is_baseline,
+    speedup_ci_low AS lo, speedup_ci_high AS hi
+  FROM config_stats
+  WHERE sweep_name IS NOT NULL AND speedup IS NOT NULL
+), r AS (
+  SELECT *, row_number() OVER (PARTITION BY sweep_name, concurrency
+                               ORDER BY speedup DESC, config) AS rk
+  FROM c
+), rival AS (
+  SELECT sweep_name, concurrency,
+    arg_max(config, coalesce(hi, 'Infinity'::DOUBLE)) AS rival,
+    bool_or(hi IS NULL) AS rival_open, max(hi) AS rival_hi
+  FROM r WHERE rk > 1 GROUP BY ALL
+), losers AS (
+  SELECT sweep_name, concurrency,
+    list(config ORDER BY config) FILTER (WHERE verdict = 'loses') AS losers,
+    count(*) FILTER (WHERE verdict <> 'baseline') AS configs
+  FROM c GROUP BY ALL
+)
+SELECT t.sweep_name, t.concurrency,
+  CASE WHEN coalesce(l.configs, 0) > 0 AND t.lo IS NOT NULL AND NOT coalesce(v.rival_open, false)
+        AND (v.rival_hi IS NULL OR t.lo > v.rival_hi) THEN t.config END AS winner,
+  t.config AS best_config, t.speedup AS best_speedup, t.lo AS best_speedup_ci_low,
+  t.hi AS best_speedup_ci_high, v.rival AS runner_up, l.losers, l.configs,
+  CASE WHEN coalesce(l.configs, 0) = 0 THEN
+         'nothing compared: no speculative config has a comparable baseline here'
+       WHEN t.lo IS NULL THEN 'no clear winner: one repeat gives no interval; add repeats'
+       WHEN coalesce(v.rival_open, false) THEN
+         'no clear winner: ' || v.rival || ' has no interval (one repeat); add repeats'
+       WHEN (v.rival_hi IS NULL OR t.lo > v.rival_hi) AND t.is_baseline THEN
+         t.config || ' wins: every speculative config is slower'
+       WHEN v.rival_hi IS NULL OR t.lo > v.rival_hi THEN
+         t.config || ' wins: its interval lies above every other config''s'
+       ELSE 'no clear winner: ' || t.config || ' and ' || v.rival || ' overlap' END AS note
+FROM r t LEFT JOIN rival v USING (sweep_name, concurrency)
+LEFT JOIN losers l USING (sweep_name, concurrency)
+WHERE t.rk = 1
+""")
 
 VIEWS.append("""
 CREATE OR REPLACE VIEW config_flags AS

@@ -1,0 +1,217 @@
+"""Terminal rendering of the verdict report (`specwatch report`, run-sweep's final table), by `rich`.
+
+The default table fits the terminal (its width, or COLUMNS): config, concurrency, accept length,
+accept rate, tok/s (mean ± 95% CI half-width), speedup [95% CI], verdict; numbers rounded to
+what the noise supports (speedup 2 decimals, tok/s 3 significant digits, accept length and rate
+2 decimals); long names shortened. Then one line per sweep and concurrency naming the winner (or
+"no clear winner") and the configs that lose. `wide=True` prints every column of config_stats.
+Only `cli` imports this module; it computes nothing (the numbers come from query.stats_report).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shutil
+import sys
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+NAME_MAX = 28                # longest config name shown in full in the compact table
+TRUSTED_MATCHES = (None, "self", "same-sweep")
+
+
+def sig(x: float | None, digits: int = 3) -> tuple[str, int]:
+    """`x` to `digits` significant digits without an exponent, and the decimals used."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "", 0
+    if x == 0:
+        return "0", 0
+    dec = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{round(x, dec):.{dec}f}", dec
+
+
+def tok_s_cell(mean, lo, hi) -> str:
+    """'114 ± 40': the mean to 3 significant digits, the CI half-width to the same decimals."""
+    text, dec = sig(mean)
+    if not text or lo is None or hi is None:
+        return text
+    return f"{text} ± {(hi - lo) / 2:.{dec}f}"
+
+
+def speedup_cell(sp, lo, hi, basis=None) -> str:
+    if sp is None:
+        return ""
+    text = f"{sp:.2f}"
+    if lo is not None and hi is not None:
+        text += f" [{lo:.2f}, {hi:.2f}]"
+    return text + ("*" if basis == "server-log" else "")
+
+
+def shorten(name: str | None, n: int = NAME_MAX) -> str:
+    """A path becomes its file name; anything still longer keeps its start and end."""
+    if not name:
+        return ""
+    if len(name) > n and "/" in name:
+        name = name.rstrip("/").rsplit("/", 1)[-1]
+    if len(name) > n:
+        keep = n - 1
+        name = name[: keep - keep // 3] + "…" + name[len(name) - keep // 3:]
+    return name
+
+
+def _width(width: int | None) -> int:
+    if width:
+        return width
+    return shutil.get_terminal_size((120, 24)).columns   # COLUMNS wins when set
+
+
+def _console(out, width: int) -> tuple[Console, io.StringIO]:
+    """A console that renders into a buffer (see _flush); colour only on a terminal."""
+    tty = hasattr(out, "isatty") and out.isatty()
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=tty, no_color=not tty,
+                  color_system="standard" if tty else None, highlight=False, soft_wrap=False,
+                  emoji=False)
+    return con, buf
+
+
+def _al_cell(r: dict) -> str:
+    if r.get("accept_len") is None:
+        return ""
+    text = f"{r['accept_len']:.2f}"
+    sd = r.get("accept_len_sd")
+    if sd is not None and sd >= 0.005:
+        text += f"±{sd:.2f}"
+    return text
+
+
+def summary_lines(rep) -> list[str]:
+    """The lines under the table: per sweep and concurrency, the winner or why there is none,
+    and each config that loses; footnotes for flagged baselines and missing repeats."""
+    lines = []
+    sweeps = {w["sweep_name"] for w in rep.winners.dicts()}
+    for w in rep.winners.dicts():
+        where = (f"{w['sweep_name']} " if len(sweeps) > 1 else "") + f"c={w['concurrency']}"
+        line = f"{where}: {w['note']}"
+        if w["losers"]:
+            line += f"; loses: {', '.join(w['losers'])}"
+        lines.append(line)
+    rows = rep.configs.dicts()
+    flagged = sorted({(r["config"], r["baseline_match"]) for r in rows
+                      if r["baseline_match"] not in TRUSTED_MATCHES})
+    for cfg, match in flagged:
+        why = ("not compared: its baseline ran other sampling settings"
+               if match == "sampling-differs" else f"baseline matched as {match}")
+        lines.append(f"† {shorten(cfg)}: {why}")
+    if any(r["speedup_basis"] == "server-log" for r in rows):
+        lines.append("* speedup from the server log's gen throughput (no client tok/s measured)")
+    if rep.single_repeat:
+        lines.append("n = 1 (one repeat) gives no interval, so those verdicts are unclear: add "
+                     "repeats (repeats = 3 in the sweep file) to get pays / loses")
+    return lines
+
+
+def print_report(rep, out=None, fmt: str = "table", wide: bool = False,
+                 width: int | None = None) -> None:
+    """Print a `query.StatsReport`: compact table (default), every column (`wide`), or all
+    columns and intervals as CSV / JSON."""
+    out = out or sys.stdout
+    if fmt == "json":
+        json.dump(rep.payload(), out, default=str, indent=1)
+        out.write("\n")
+        return
+    if fmt == "csv":
+        w = csv.writer(out)
+        w.writerow(rep.configs.columns)
+        w.writerows([["" if v is None else v for v in r] for r in rep.configs.rows])
+        return
+    width = _width(width)
+    if wide:
+        _print_wide(rep, out)
+    else:
+        _print_compact(rep, out, width)
+    con, buf = _console(out, width)
+    for line in summary_lines(rep):
+        con.print(line, markup=False, overflow="fold")
+    _flush(buf, out)
+
+
+HEADERS = ["config", "c", "n", "accept len", "accept rate", "tok/s ± 95%", "speedup [95% CI]",
+           "verdict"]
+STYLE = {"pays": "green", "loses": "red", "unclear": "yellow", "failed": "red"}
+
+
+def _cells(r: dict) -> list[str]:
+    mark = "" if r["baseline_match"] in TRUSTED_MATCHES else " †"
+    return [shorten(r["config"]) + mark,
+            "" if r["concurrency"] is None else str(r["concurrency"]),
+            str(r["repeats"]),
+            _al_cell(r),
+            "" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}",
+            tok_s_cell(r["output_tok_s_mean"], r["output_tok_s_ci_low"], r["output_tok_s_ci_high"]),
+            speedup_cell(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"],
+                         r["speedup_basis"]),
+            r["verdict"] or ""]
+
+
+# Columns left out, in this order, while the table is wider than the terminal.
+DROP_ORDER = ["n", "accept rate", "accept len"]
+
+
+def _print_compact(rep, out, width: int) -> None:
+    rows = rep.configs.dicts()
+    con, buf = _console(out, width)
+    sweeps = list(dict.fromkeys(r["sweep_name"] for r in rows))
+    for s in sweeps:
+        cells = [(_cells(r), r["verdict"]) for r in rows if r["sweep_name"] == s]
+        natural = [max([len(h)] + [len(c[i]) for c, _ in cells]) for i, h in enumerate(HEADERS)]
+        keep = list(range(len(HEADERS)))
+        for name in DROP_ORDER:
+            if sum(natural[i] for i in keep) + 3 * (len(keep) - 1) <= width:
+                break
+            keep.remove(HEADERS.index(name))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                      title=(f"sweep {s}" if s else "ingested logs"), title_justify="left")
+        for i in keep:
+            # every column but the config name keeps its full width; the name gives way first
+            table.add_column(HEADERS[i], justify="left" if i in (0, 7) else "right",
+                             no_wrap=True, overflow="ellipsis",
+                             min_width=min(natural[i], 10) if i == 0 else natural[i])
+        for c, verdict in cells:
+            v = f"[{STYLE[verdict]}]{c[-1]}[/]" if verdict in STYLE else c[-1]
+            table.add_row(*[c[i] for i in keep[:-1]], v)
+        con.print(table)
+    _flush(buf, out)
+
+
+def _flush(buf, out) -> None:
+    """Write what the console rendered without the padding rich adds up to the width."""
+    text = buf.getvalue()
+    if text:
+        out.write("\n".join(line.rstrip() for line in text.splitlines()) + "\n")
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else (f"{v:.4g}" if abs(v) < 1e5 else f"{v:.0f}")
+    if isinstance(v, list):
+        return ", ".join(map(str, v))
+    return str(v)
+
+
+def _print_wide(rep, out) -> None:
+    """Every column of config_stats, nothing cut (lines as long as they need to be)."""
+    cells = [[_fmt(v) for v in r] for r in rep.configs.rows]
+    cols = rep.configs.columns
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip() + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for r in cells:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+

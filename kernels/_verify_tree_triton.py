@@ -1,10 +1,12 @@
-"""Triton greedy tree verification in one launch. Loaded lazily by `verify_tree`.
+"""Triton greedy tree verification in one launch (or argmax + a walk launch). Loaded lazily by `verify_tree`.
 
 Grid (B*N rows, nsplit): each program takes the argmax of its vocabulary chunk and folds it into
 the row's 64-bit key (orderable fp32 bits << 32 | (2^31-1 - index)) with atomic_max, so the largest
 value and then the lowest index win. It then takes a ticket on its request's counter; the program
 that arrives last reads (and resets) the request's N keys, writes target_predict and walks the tree
 exactly like SGLang's VerifyTreeGreedy, updating the acceptance counters with atomics.
+Where torch.argmax alone is faster than the fused kernel (`fused_is_faster`), target_predict comes
+from torch.argmax and `_walk_kernel` (one program per request) does the same walk.
 """
 from __future__ import annotations
 
@@ -64,51 +66,76 @@ def _verify_tree_kernel(
                               mask=node < N)
         tp = 2147483647 - (keys & 0xFFFFFFFF)
         tl.store(tp_ptr + base + node, tp, mask=node < N)
-        # The walk reads the request's tree from registers: a dependent global load per step
-        # (~0.5-1 us each) made an 8-deep chain walk cost ~10 us on the H200.
-        ok = node < N
-        cand = tl.load(cand_ptr + base + node, mask=ok, other=-1)
-        nxt_v = tl.load(next_ptr + base + node, mask=ok, other=-1)
-        sib_v = tl.load(sib_ptr + base + node, mask=ok, other=-1)
-        ridx_v = tl.load(ridx_ptr + base + node, mask=ok, other=-1)
-        pred = tl.zeros([NP], tl.int32)
-        col = tl.arange(0, WP)
-        last_node = 0
-        acc = tl.where(col == 0, tl.sum(tl.where(node == 0, ridx_v, 0), axis=0), -1)
-        num = 0
-        cur = last_node
-        j = 1
-        go = 1
-        while (go != 0) & (j < W):
-            cur = tl.sum(tl.where(node == cur, nxt_v, 0), axis=0).to(tl.int32)
-            if HAS_COUNTERS:
-                if cur != -1:
-                    tl.atomic_add(attempted_ptr + (j - 1), 1)
-            found = 0
-            target = tl.sum(tl.where(node == last_node, tp, 0), axis=0)
-            while (cur != -1) & (found == 0):
-                draft = tl.sum(tl.where(node == cur, cand, 0), axis=0)
-                if draft == target:
-                    pred = tl.where(node == last_node, target.to(tl.int32), pred)
-                    num += 1
-                    acc = tl.where(col == num, tl.sum(tl.where(node == cur, ridx_v, 0), axis=0), acc)
-                    last_node = cur
-                    found = 1
-                else:
-                    cur = tl.sum(tl.where(node == cur, sib_v, 0), axis=0).to(tl.int32)
-            if HAS_COUNTERS:
-                if found != 0:
-                    tl.atomic_add(accepted_ptr + (j - 1), 1)
-            go = found
-            j += 1
-        bonus = tl.sum(tl.where(node == last_node, tp, 0), axis=0)
-        pred = tl.where(node == last_node, bonus.to(tl.int32), pred)
-        tl.store(predict_ptr + base + node, pred, mask=ok)
-        tl.store(bonus_ptr + b, bonus)
-        tl.store(accept_len_ptr + b, num)
-        tl.store(accept_ptr + b.to(tl.int64) * W + col, acc.to(tl.int32), mask=col < W)
+        _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr, accept_ptr,
+              accept_len_ptr, bonus_ptr, hist_ptr, attempted_ptr, accepted_ptr, N, NP, W, WP, HAS_COUNTERS)
+
+
+@triton.jit
+def _walk_kernel(
+    tp_ptr, cand_ptr, ridx_ptr, next_ptr, sib_ptr,
+    predict_ptr, accept_ptr, accept_len_ptr, bonus_ptr,
+    hist_ptr, attempted_ptr, accepted_ptr,
+    N: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, HAS_COUNTERS: tl.constexpr,
+):
+    """The tree walk alone, one program per request, on a precomputed target_predict [B*N]."""
+    b = tl.program_id(0)
+    base = b.to(tl.int64) * N
+    node = tl.arange(0, NP)
+    tp = tl.load(tp_ptr + base + node, mask=node < N, other=0)
+    _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr, accept_ptr,
+          accept_len_ptr, bonus_ptr, hist_ptr, attempted_ptr, accepted_ptr, N, NP, W, WP, HAS_COUNTERS)
+
+
+@triton.jit
+def _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr, accept_ptr,
+          accept_len_ptr, bonus_ptr, hist_ptr, attempted_ptr, accepted_ptr,
+          N: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, HAS_COUNTERS: tl.constexpr):
+    """Walk request b's tree exactly like VerifyTreeGreedy, given its N target tokens `tp`."""
+    # The walk reads the request's tree from registers: a dependent global load per step
+    # (~0.5-1 us each) made an 8-deep chain walk cost ~10 us on the H200.
+    ok = node < N
+    cand = tl.load(cand_ptr + base + node, mask=ok, other=-1)
+    nxt_v = tl.load(next_ptr + base + node, mask=ok, other=-1)
+    sib_v = tl.load(sib_ptr + base + node, mask=ok, other=-1)
+    ridx_v = tl.load(ridx_ptr + base + node, mask=ok, other=-1)
+    pred = tl.zeros([NP], tl.int32)
+    col = tl.arange(0, WP)
+    last_node = 0
+    acc = tl.where(col == 0, tl.sum(tl.where(node == 0, ridx_v, 0), axis=0), -1)
+    num = 0
+    cur = last_node
+    j = 1
+    go = 1
+    while (go != 0) & (j < W):
+        cur = tl.sum(tl.where(node == cur, nxt_v, 0), axis=0).to(tl.int32)
         if HAS_COUNTERS:
-            tl.atomic_add(hist_ptr + num, 1)
+            if cur != -1:
+                tl.atomic_add(attempted_ptr + (j - 1), 1)
+        found = 0
+        target = tl.sum(tl.where(node == last_node, tp, 0), axis=0)
+        while (cur != -1) & (found == 0):
+            draft = tl.sum(tl.where(node == cur, cand, 0), axis=0)
+            if draft == target:
+                pred = tl.where(node == last_node, target.to(tl.int32), pred)
+                num += 1
+                acc = tl.where(col == num, tl.sum(tl.where(node == cur, ridx_v, 0), axis=0), acc)
+                last_node = cur
+                found = 1
+            else:
+                cur = tl.sum(tl.where(node == cur, sib_v, 0), axis=0).to(tl.int32)
+        if HAS_COUNTERS:
+            if found != 0:
+                tl.atomic_add(accepted_ptr + (j - 1), 1)
+        go = found
+        j += 1
+    bonus = tl.sum(tl.where(node == last_node, tp, 0), axis=0)
+    pred = tl.where(node == last_node, bonus.to(tl.int32), pred)
+    tl.store(predict_ptr + base + node, pred, mask=ok)
+    tl.store(bonus_ptr + b, bonus)
+    tl.store(accept_len_ptr + b, num)
+    tl.store(accept_ptr + b.to(tl.int64) * W + col, acc.to(tl.int32), mask=col < W)
+    if HAS_COUNTERS:
+        tl.atomic_add(hist_ptr + num, 1)
 
 
 def _num_sms(device: torch.device) -> int:
@@ -122,9 +149,21 @@ BLOCK = 2048
 NUM_WARPS = 4
 
 
+def fused_is_faster(rows: int, vocab: int) -> bool:
+    """Whether the single-launch kernel beats `torch.argmax` + the walk kernel at this shape.
+
+    From the H200 measurements in benchmarks/results/kernels_h200.md (in graph): the fused kernel
+    wins for up to 64 rows at V >= 128256 and for up to 8 rows at V = 32000; elsewhere
+    (R >= 256, or V = 32000 with R >= 64) torch.argmax alone was already faster than the fused
+    kernel (its split-V partials + ticket cost more than the single argmax pass)."""
+    return rows <= 64 and (vocab >= 65536 or rows <= 8)
+
+
 def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, retrive_next_sibling,
-                       num_steps_plus_one, counters=None, block: int | None = None, nsplit: int | None = None):
-    """Launch the single-pass verify kernel.
+                       num_steps_plus_one, counters=None, block: int | None = None, nsplit: int | None = None,
+                       fused: bool | None = None):
+    """Launch the single-pass verify kernel, or torch.argmax + the walk kernel where that is
+    faster (`fused_is_faster`; `fused` forces one of them, for tests and benchmarks).
 
     Precondition: retrive_index[b, i] == b*N + i (as build_tree makes): the walk indexes
     target_predict and predict by node within the request, and writes accept_index from retrive_index.
@@ -146,14 +185,6 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
         return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
-    block = block or BLOCK
-    tiles = triton.cdiv(vocab, block)
-    if nsplit is None:
-        nsplit = min(tiles, max(1, triton.cdiv(6 * _num_sms(device), rows)))
-    chunk = triton.cdiv(tiles, nsplit) * block
-    nsplit = triton.cdiv(vocab, chunk)
-    keys = workspace("verify_keys", rows, torch.int64, KEY_INIT, device)
-    tickets = workspace("verify_tickets", batch, torch.int32, 0, device)
     cand = candidates.to(torch.int64).contiguous()
     ridx = retrive_index.to(torch.int64).contiguous()
     nxt = retrive_next_token.to(torch.int64).contiguous()
@@ -162,6 +193,21 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
         hist, att, acc = counters.accept_length_hist, counters.depth_attempted, counters.depth_accepted
     else:
         hist = att = acc = accept_length  # unused (HAS_COUNTERS=False)
+    if not (fused_is_faster(rows, vocab) if fused is None else fused):
+        torch.argmax(logits, dim=-1, out=target_predict)
+        _walk_kernel[(batch,)](
+            target_predict, cand, ridx, nxt, sib, predict, accept_index, accept_length, bonus, hist, att, acc,
+            N=n, NP=triton.next_power_of_2(n), W=width, WP=triton.next_power_of_2(width),
+            HAS_COUNTERS=counters is not None, num_warps=1)
+        return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)
+    block = block or BLOCK
+    tiles = triton.cdiv(vocab, block)
+    if nsplit is None:
+        nsplit = min(tiles, max(1, triton.cdiv(6 * _num_sms(device), rows)))
+    chunk = triton.cdiv(tiles, nsplit) * block
+    nsplit = triton.cdiv(vocab, chunk)
+    keys = workspace("verify_keys", rows, torch.int64, KEY_INIT, device)
+    tickets = workspace("verify_tickets", batch, torch.int32, 0, device)
     _verify_tree_kernel[(rows, nsplit)](
         logits, logits.stride(0), vocab, chunk, nsplit,
         cand, ridx, nxt, sib, keys, tickets,

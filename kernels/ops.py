@@ -1,7 +1,8 @@
 """Dispatchers: the Triton kernel when the input is on CUDA, the torch reference otherwise.
 
 `SPECWATCH_KERNELS=triton` forces Triton (on CPU this needs TRITON_INTERPRET=1, for tests);
-`SPECWATCH_KERNELS=torch` forces the references everywhere. `build_tree` is always the torch port.
+`SPECWATCH_KERNELS=torch` forces the references everywhere. `build_tree` is always the torch port
+(a host loop); `build_tree_device` is the same contract in fixed-shape tensor ops (CUDA graphs).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from kernels import aux_stats as _aux
 from kernels import draft_topk as _topk
 from kernels import select_tree as _sel
 from kernels import verify_tree as _ver
-from kernels.select_tree import build_tree_reference as build_tree  # noqa: F401  (same on every device)
+from kernels.select_tree import build_tree_device  # noqa: F401  (tensor ops, any device, graph-safe)
+from kernels.select_tree import build_tree_reference as build_tree  # noqa: F401  (host loop)
 
 
 def use_triton(t: torch.Tensor) -> bool:

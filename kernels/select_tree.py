@@ -185,6 +185,58 @@ def build_tree_reference(
     )
 
 
+def build_tree_device(
+    verified_id: torch.Tensor,
+    parent_list: torch.Tensor,
+    top_scores_index: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    topk: int,
+    num_steps: int,
+    num_draft_tokens: int,
+) -> DraftTree:
+    """`build_tree_reference` in fixed-shape tensor ops on the inputs' device: no host copy, no
+    data-dependent shape, so it runs inside a CUDA graph. Same contract and outputs, bit for bit,
+    for every tree whose parents were selected (the reference's ValueError case, NaN scores,
+    gives an undefined tree here instead of an error)."""
+    device = seq_lens.device
+    batch, n = seq_lens.shape[0], num_draft_tokens
+    sel = top_scores_index.to(torch.int64)
+    parent_tb = sel // topk  # [B, n-1]: 0 = child of the root
+    if parent_list.shape[1] > 1:
+        entry = parent_list.to(torch.int64).gather(1, parent_tb.clamp(max=parent_list.shape[1] - 1))
+        match = sel[:, None, :] == entry[:, :, None]  # [B, child, candidate parent]
+        pnode = torch.where(match.any(-1), match.to(torch.int8).argmax(-1) + 1, 0)
+        pnode = torch.where(parent_tb == 0, 0, pnode)
+    else:
+        pnode = torch.zeros_like(sel)
+    parent = torch.cat([torch.zeros(batch, 1, dtype=torch.int64, device=device), pnode], dim=1)  # root -> root
+    ar = torch.arange(n, device=device)
+    cur = ar.expand(batch, n)
+    mask = torch.zeros(batch, n, n, dtype=torch.bool, device=device)
+    depth = torch.zeros(batch, n, dtype=torch.int64, device=device)
+    for _ in range(num_steps + 1):  # a node is at most num_steps below the root
+        mask |= cur[:, :, None] == ar
+        depth += cur != 0
+        cur = parent.gather(1, cur)
+    # first child = lowest-index child; next sibling = next higher-index node of the same parent
+    not_root = ar >= 1
+    is_child = (parent[:, None, :] == ar[None, :, None]) & not_root  # [B, p, c]
+    first = torch.where(is_child, ar, n).amin(-1)
+    later_sib = (parent[:, :, None] == parent[:, None, :]) & (ar[None, :] > ar[:, None]) & not_root[:, None]
+    nxt = torch.where(later_sib, ar, n).amin(-1)
+    minus1 = torch.full_like(first, -1)
+    return DraftTree(
+        tree_mask=mask,
+        positions=seq_lens.to(torch.int64)[:, None] + depth,
+        retrive_index=torch.arange(batch * n, dtype=torch.int64, device=device).view(batch, n),
+        retrive_next_token=torch.where(first == n, minus1, first),
+        retrive_next_sibling=torch.where((nxt == n) | ~not_root, minus1, nxt),
+        draft_token=torch.cat([verified_id.reshape(batch, 1).to(torch.int64), draft_tokens.to(torch.int64)], dim=1),
+        depth=depth,
+    )
+
+
 def select_tree(i, topk_p, topk_index, hidden, scores, k):
     """Triton implementation of `select_tree_reference` (same contract)."""
     from kernels._select_tree_triton import select_tree_triton

@@ -1,12 +1,7 @@
-"""aux_stats: Triton (under TRITON_INTERPRET=1) against the reference; the reference against hand values."""
-import importlib
-import os
-import sys
+"""aux_stats: Triton (interpreted on CPU, or compiled on CUDA: tests/_kernel_device.py) against the reference; the reference against hand values."""
 
-# Triton decides interpret-vs-compile when each @triton.jit (its own standard library too) is
-# decorated, so the variable must be set before triton is first imported.
-_TRITON_IMPORTED_EARLY = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
-os.environ["TRITON_INTERPRET"] = "1"
+# Interpreted on CPU by default; compiled on CUDA with TRITON_INTERPRET=0 (see _kernel_device).
+import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton is imported)
 
 import pytest
 import torch
@@ -16,17 +11,10 @@ from kernels.aux_stats import aux_stats_reference
 FLOAT_TOL = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
-    if _TRITON_IMPORTED_EARLY:
-        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set (by another test module); "
-                    "run the kernel tests in their own process: pytest tests/test_kernels_*.py")
-    from triton.runtime.interpreter import InterpretedFunction
-
-    mod = importlib.import_module("kernels._aux_stats_triton")
-    if not isinstance(mod._aux_stats_kernel, InterpretedFunction):
-        mod = importlib.reload(mod)
-    return mod
+    """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
+    return _kernel_device.load("kernels._aux_stats_triton", "_aux_stats_kernel")
 
 
 def _compare(a, b):

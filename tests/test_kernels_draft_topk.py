@@ -1,13 +1,8 @@
-"""draft_topk: Triton (under TRITON_INTERPRET=1) against the torch reference; the reference against hand values."""
-import importlib
+"""draft_topk: Triton (interpreted on CPU, or compiled on CUDA: tests/_kernel_device.py) against the torch reference; the reference against hand values."""
 import math
-import os
-import sys
 
-# Triton decides interpret-vs-compile when each @triton.jit (its own standard library too) is
-# decorated, so the variable must be set before triton is first imported.
-_TRITON_IMPORTED_EARLY = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
-os.environ["TRITON_INTERPRET"] = "1"
+# Interpreted on CPU by default; compiled on CUDA with TRITON_INTERPRET=0 (see _kernel_device).
+import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton is imported)
 
 import pytest
 import torch
@@ -18,18 +13,10 @@ from kernels.draft_topk import draft_topk_reference
 NEG = float("-inf")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
-    """The Triton module, re-imported if something imported it before the interpreter was on."""
-    if _TRITON_IMPORTED_EARLY:
-        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set (by another test module); "
-                    "run the kernel tests in their own process: pytest tests/test_kernels_*.py")
-    from triton.runtime.interpreter import InterpretedFunction
-
-    mod = importlib.import_module("kernels._draft_topk_triton")
-    if not isinstance(mod._draft_topk_partial_kernel, InterpretedFunction):
-        mod = importlib.reload(mod)
-    return mod
+    """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
+    return _kernel_device.load("kernels._draft_topk_triton", "_draft_topk_partial_kernel")
 
 
 def _check(tri, logits, k, hot=None, **kw):
@@ -102,13 +89,15 @@ def test_matches_sglang_path_on_tie_free_input():
 
 
 def test_dispatcher(tri, monkeypatch):
-    logits = torch.randn(2, 900)
+    logits = torch.randn(2, 900, device=_kernel_device.DEVICE)
     monkeypatch.delenv("SPECWATCH_KERNELS", raising=False)
+    assert ops.use_triton(logits) == logits.is_cuda  # default: Triton exactly on CUDA tensors
+    monkeypatch.setenv("SPECWATCH_KERNELS", "torch")
     assert not ops.use_triton(logits)
     monkeypatch.setenv("SPECWATCH_KERNELS", "triton")
     assert ops.use_triton(logits)
     p, i = ops.draft_topk(logits, 4)
-    assert torch.equal(i, draft_topk_reference(logits, 4)[1])
+    assert torch.equal(i.cpu(), draft_topk_reference(logits.cpu(), 4)[1])
     monkeypatch.setenv("SPECWATCH_KERNELS", "bogus")
     with pytest.raises(ValueError, match="SPECWATCH_KERNELS"):
         ops.use_triton(logits)

@@ -1,31 +1,19 @@
-"""select_tree / organize: Triton (under TRITON_INTERPRET=1) against the references; build_tree against hand trees."""
-import importlib
-import os
-import sys
+"""select_tree / organize: Triton (interpreted on CPU, or compiled on CUDA: tests/_kernel_device.py) against the references; build_tree against hand trees."""
 
-# Triton decides interpret-vs-compile when each @triton.jit (its own standard library too) is
-# decorated, so the variable must be set before triton is first imported.
-_TRITON_IMPORTED_EARLY = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
-os.environ["TRITON_INTERPRET"] = "1"
+# Interpreted on CPU by default; compiled on CUDA with TRITON_INTERPRET=0 (see _kernel_device).
+import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton is imported)
 
 import pytest
 import torch
 
 from kernels.draft_topk import draft_topk_reference
-from kernels.select_tree import build_tree_reference, organize_reference, select_tree_reference
+from kernels.select_tree import build_tree_device, build_tree_reference, organize_reference, select_tree_reference
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
-    if _TRITON_IMPORTED_EARLY:
-        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set (by another test module); "
-                    "run the kernel tests in their own process: pytest tests/test_kernels_*.py")
-    from triton.runtime.interpreter import InterpretedFunction
-
-    mod = importlib.import_module("kernels._select_tree_triton")
-    if not isinstance(mod._select_tree_kernel, InterpretedFunction):
-        mod = importlib.reload(mod)
-    return mod
+    """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
+    return _kernel_device.load("kernels._select_tree_triton", "_select_tree_kernel")
 
 
 def _equal(a, b, what):
@@ -117,3 +105,38 @@ def test_build_tree_unselected_parent_raises():
         # entry 4 = K + 1*K + 0: its parent is step-0 entry 1, which was not selected
         build_tree_reference(torch.tensor([5]), torch.tensor([[-1, 0, 1]]), torch.tensor([[0, 4]]),
                              torch.tensor([[1, 2]]), torch.tensor([3]), topk=2, num_steps=2, num_draft_tokens=3)
+
+
+@pytest.mark.parametrize("k,steps,n", [(1, 1, 2), (1, 3, 4), (1, 5, 6), (2, 2, 4), (4, 3, 8), (3, 4, 12),
+                                       (8, 2, 16), (4, 1, 5), (2, 3, 9)])
+def test_build_tree_device_equals_reference(k, steps, n):
+    """The fixed-shape (CUDA-graph) tree build gives the host reference's tree, bit for bit, on
+    trees from random draft steps (chains, wide and deep trees, one-step trees)."""
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed * 10 + k)
+        batch, vocab = 3, 9 if seed % 2 else 40
+        hidden = torch.randn(batch, 8, generator=g)
+        p, idx = draft_topk_reference(torch.randn(batch, vocab, generator=g), k)
+        scores, lists = None, ([], [], [])
+        for i in range(steps):
+            _, hidden, scores, info = select_tree_reference(i, p, idx, hidden, scores, k)
+            for acc, x in zip(lists, info):
+                acc.append(x)
+            p, idx = draft_topk_reference(torch.randn(batch * k, vocab, generator=g), k)
+        parent, top, tokens = organize_reference(*lists, n)
+        args = (torch.randint(0, vocab, (batch,), generator=g), parent, top, tokens,
+                torch.randint(5, 50, (batch,), generator=g), k, steps, n)
+        ref = build_tree_reference(*args)
+        dev = build_tree_device(*(a.to(_kernel_device.DEVICE) if isinstance(a, torch.Tensor) else a for a in args))
+        for name in ref.__dataclass_fields__:
+            _equal(getattr(ref, name), getattr(dev, name).cpu(), f"{name} k={k} steps={steps} n={n} seed={seed}")
+
+
+def test_build_tree_device_hand_example():
+    tree = build_tree_device(torch.tensor([5]), torch.tensor([[-1, 0, 1]]), torch.tensor([[0, 1, 2]]),
+                             torch.tensor([[11, 12, 13]]), torch.tensor([100]), topk=2, num_steps=2,
+                             num_draft_tokens=4)
+    assert tree.positions.tolist() == [[100, 101, 101, 102]]
+    assert tree.retrive_next_token.tolist() == [[1, 3, -1, -1]]
+    assert tree.retrive_next_sibling.tolist() == [[-1, 2, -1, -1]]
+    assert tree.tree_mask.int().tolist() == [[[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]]

@@ -1,12 +1,7 @@
-"""verify_tree: Triton (under TRITON_INTERPRET=1) against the torch reference, on trees built by the references."""
-import importlib
-import os
-import sys
+"""verify_tree: Triton (interpreted on CPU, or compiled on CUDA: tests/_kernel_device.py) against the torch reference, on trees built by the references."""
 
-# Triton decides interpret-vs-compile when each @triton.jit (its own standard library too) is
-# decorated, so the variable must be set before triton is first imported.
-_TRITON_IMPORTED_EARLY = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
-os.environ["TRITON_INTERPRET"] = "1"
+# Interpreted on CPU by default; compiled on CUDA with TRITON_INTERPRET=0 (see _kernel_device).
+import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton is imported)
 
 import pytest
 import torch
@@ -19,17 +14,10 @@ from kernels.verify_tree import verify_tree_reference
 FIELDS = ("accept_index", "accept_length", "target_predict", "bonus")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
-    if _TRITON_IMPORTED_EARLY:
-        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set (by another test module); "
-                    "run the kernel tests in their own process: pytest tests/test_kernels_*.py")
-    from triton.runtime.interpreter import InterpretedFunction
-
-    mod = importlib.import_module("kernels._verify_tree_triton")
-    if not isinstance(mod._verify_tree_kernel, InterpretedFunction):
-        mod = importlib.reload(mod)
-    return mod
+    """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
+    return _kernel_device.load("kernels._verify_tree_triton", "_verify_tree_kernel")
 
 
 def random_tree(batch, k, steps, n, vocab, seed):
@@ -89,11 +77,12 @@ def _run_both(tri, logits, tree, steps, **kw):
     (2, 8, 2, 16, 2),
 ])
 @pytest.mark.parametrize("agree", [0.0, 0.7, 1.0])
-def test_random_trees(tri, batch, k, steps, n, nsplit, agree):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
+def test_random_trees(tri, batch, k, steps, n, nsplit, agree, fused):
     vocab = 1300  # not a multiple of the block
     tree = random_tree(batch, k, steps, n, vocab, seed=batch * 100 + k)
     logits = target_logits(tree, vocab, agree, seed=n)
-    ref = _run_both(tri, logits, tree, steps, block=256, nsplit=nsplit)
+    ref = _run_both(tri, logits, tree, steps, block=256, nsplit=nsplit, fused=fused)
     for b in range(batch):
         length = int(ref.accept_length[b])
         last = int(ref.accept_index[b, length]) - b * n
@@ -143,3 +132,14 @@ def test_repeated_calls_reset_workspace(tri):
     third = tri.verify_tree_triton(*args)
     assert torch.equal(first.target_predict, third.target_predict)
     assert torch.equal(second.target_predict, torch.argmax(logits2, -1))
+
+
+def test_dispatch_rule_and_both_paths_agree(tri):
+    """The default picks the fused kernel only where it measured faster than torch.argmax; both
+    variants give the reference's answer (here a 40-row tree: the argmax + walk path)."""
+    assert tri.fused_is_faster(4, 128256) and tri.fused_is_faster(64, 163840) and tri.fused_is_faster(8, 32000)
+    assert not tri.fused_is_faster(256, 128256) and not tri.fused_is_faster(64, 32000)
+    tree = random_tree(5, 2, 3, 8, 500, seed=21)
+    logits = target_logits(tree, 500, 0.8, seed=4)
+    ref = _run_both(tri, logits, tree, 3)  # default dispatch (40 rows, V=500: argmax + walk)
+    assert ref.accept_length.sum() > 0

@@ -10,12 +10,14 @@ mask, greedy or sampling acceptance, accepted KV rows compacted, and a draft ext
 accepted tokens with the verify pass's aux states. Top-k, candidate selection, tree building and
 greedy verification go through `kernels.ops` (torch reference on CPU, Triton on CUDA).
 
-Devices: `device="cpu"` or `"cuda"`. On CUDA the weights, KV caches, masks and index tensors live
-on the GPU; the host reads back only what the algorithm needs: the first token of a prefill, the
-argmax of a plain step, the pruned draft tree (the tree is built on the host, as `build_tree`
-defines) and the verify result, each in one copy. Small host->device inputs go through pinned
-memory without a sync. Sampling (temperature > 0) draws on the host from the request's CPU
-generator, so the draws do not depend on the device's RNG.
+Devices: `device="cpu"` or `"cuda"`. On CUDA the weights, KV caches, masks, index tensors and each
+request's draft state (first-step top-k and hidden, in per-slot buffers) live on the GPU; the tree
+is built on the device (`ops.build_tree_device`) and the host reads back one tensor per step: the
+argmax of a plain step, or the accept lengths and emitted tokens of a speculative step. Greedy
+decode steps whose batch fits a bucket replay a CUDA graph of the whole step (graph_step.py:
+draft loop, tree build, verify, KV compaction, draft extend); other steps run eagerly. Small
+host->device inputs go through pinned memory without a sync. Sampling (temperature > 0) draws on
+the host from the request's CPU generator, so the draws do not depend on the device's RNG.
 
 Not a server: no HTTP, stop strings, scheduling policy or logging (see server.py / scheduler.py).
 """
@@ -23,13 +25,14 @@ Not a server: no HTTP, stop strings, scheduling policy or logging (see server.py
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from kernels import ops
-from specwatch.engine.model import KVView, capture_layers, load_draft, load_target, models_dir  # noqa: F401
+from specwatch.engine.graph_step import GraphRunner, spec_step_body
+from specwatch.engine.model import KVView, attention_mask, capture_layers, load_draft, load_target, models_dir  # noqa: F401
 
 DEFAULT_NUM_SLOTS = 32
 
@@ -88,14 +91,7 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
     return Path(s)
 
 
-def _mask(seq_lens: torch.Tensor, kv_len: int, local: torch.Tensor) -> torch.Tensor:
-    """Attention mask [B, 1, T, kv_len]: the whole prefix [0, seq_len) plus `local` [B|1, T, M]
-    over the M new cache positions seq_len .. seq_len+M-1 (stale entries beyond stay masked)."""
-    M = local.shape[-1]
-    rel = torch.arange(kv_len, device=seq_lens.device)[None, :] - seq_lens[:, None]  # [B, kv_len]
-    local = local.expand(seq_lens.shape[0], -1, -1)
-    picked = local.gather(2, rel.clamp(0, M - 1)[:, None, :].expand(-1, local.shape[1], -1))
-    return ((rel < 0)[:, None, :] | (picked & (rel < M)[:, None, :]))[:, None]
+_mask = attention_mask
 
 
 def sample_tree(probs: torch.Tensor, next_token: list[int], next_sibling: list[int], tokens: list[int],
@@ -154,10 +150,14 @@ class SpecDecoder:
     eagle_aux_hidden_state_layer_ids (what a server would be misconfigured with).
     max_total_tokens sets the KV capacity (slots = max_total_tokens // max_position_embeddings).
     device: "cpu" or "cuda" ("cuda:N"); kernels.ops then runs the torch references or Triton.
+    cuda_graph: replay CUDA graphs of greedy decode steps (default: on CUDA); cuda_graph_max_bs:
+    the largest bucket (default: the number of KV slots). static_steps (tests): run the graph
+    bodies eagerly, on any device, instead of the per-step eager code.
     """
 
     def __init__(self, target_path, draft_path=None, *, num_steps=None, topk=None, num_draft_tokens=None,
-                 device="cpu", max_total_tokens=None, seed=0, aux_layer_ids=None):
+                 device="cpu", max_total_tokens=None, seed=0, aux_layer_ids=None, cuda_graph=None,
+                 cuda_graph_max_bs=None, static_steps=False):
         self.device = _resolve_device(device)
         self._on_cuda = self.device.type == "cuda"  # host<->device copies go through pinned memory
         self.target = load_target(resolve_model_path(target_path)).to(self.device)
@@ -193,14 +193,27 @@ class SpecDecoder:
         # Headroom past the context for tree nodes and padded extend rows (stale, never read).
         cap = self.context_len + (self.num_draft_tokens or 1) + (self.num_steps or 1) * (self.topk or 1) + 1
         hd, H = tcfg.head_dim, tcfg.num_attention_heads
+        self.kv_capacity = cap
+        self.num_slots = slots
+        use_graph = self._on_cuda if cuda_graph is None else bool(cuda_graph) and self._on_cuda
+        # Static steps pad batches; their padded rows may use one scratch slot past the real ones.
+        slots += 1 if (use_graph or static_steps) else 0
         self._tk = torch.zeros(tcfg.num_hidden_layers, slots, H, cap, hd, device=self.device)
         self._tv = torch.zeros_like(self._tk)
+        # Draft state per KV slot on the device (CUDA, static steps); on CPU it stays on _Seq.
+        self._slot_state = self.draft is not None and (self._on_cuda or static_steps)
         if self.draft is not None:
             dcfg = self.draft.cfg
             self._dk = torch.zeros(1, slots, dcfg.num_attention_heads, cap, dcfg.head_dim, device=self.device)
             self._dv = torch.zeros_like(self._dk)
+            if self._slot_state:
+                self._st_p = torch.zeros(slots, self.topk, device=self.device)
+                self._st_i = torch.zeros(slots, self.topk, dtype=torch.long, device=self.device)
+                self._st_h = torch.zeros(slots, dcfg.hidden_size, device=self.device)
         self._seqs: dict[str, _Seq] = {}
-        self._free = list(range(slots))
+        self._free = list(range(self.num_slots))
+        max_bs = self.num_slots if cuda_graph_max_bs is None else max(1, min(self.num_slots, int(cuda_graph_max_bs)))
+        self.graphs = GraphRunner(self, max_bs, capture=use_graph) if (use_graph or static_steps) else None
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -229,15 +242,29 @@ class SpecDecoder:
             self._free.append(seq.slot)
         self._free.sort()
 
+    def capture_cuda_graphs(self) -> int:
+        """Capture the decode graphs of every batch-size bucket now, as SGLang does at startup
+        (call before any request runs). Returns how many graphs exist; 0 without CUDA graphs."""
+        if self.graphs is None or not self.graphs.capture:
+            return 0
+        if self._seqs:
+            raise RuntimeError("capture_cuda_graphs: call it before any request is prefilled")
+        return self.graphs.capture_all()
+
     def flush_cache(self) -> None:
         """Drop every request's KV state (call only when nothing is running)."""
         self._seqs.clear()
-        self._free = list(range(self._tk.shape[1]))
+        self._free = list(range(self.num_slots))
 
     def _move_slot(self, src: int, dst: int) -> None:
         caches = [self._tk, self._tv] + ([self._dk, self._dv] if self.draft is not None else [])
+        if self._slot_state:
+            caches += [self._st_p, self._st_i, self._st_h]
         for c in caches:
-            c[:, dst] = c[:, src]
+            if c.dim() == 2:  # per-slot draft state
+                c[dst] = c[src]
+            else:
+                c[:, dst] = c[:, src]
 
     def _view(self, k, v, slots: list[int], slots_t, seq_lens, write_rel, kv_len, local) -> KVView:
         """KVView for the rows of `slots` (host list; `slots_t` the same on the device)."""
@@ -333,7 +360,21 @@ class SpecDecoder:
             kvd = self._view(self._dk, self._dv, [slot], slot_t, zero, pos[0], n, causal)
             dlogits, h = self.draft(self.target.embed_tokens(toks), self._aux(aux), pos, kvd)
             p, idx = ops.draft_topk(dlogits[0, -1:], self.topk, self.hot)
-            seq.topk_p, seq.topk_index, seq.hidden = p[0], idx[0], h[0, -1]
+            self._set_state([seq], slot_t, p, idx, h[:, -1])
+
+    def _set_state(self, seqs, slots_t, p, idx, hidden) -> None:
+        """Store the draft's next first-step candidates [B, K] and hidden [B, d] of `seqs`."""
+        if self._slot_state:
+            self._st_p[slots_t], self._st_i[slots_t], self._st_h[slots_t] = p, idx, hidden
+            return
+        for b, seq in enumerate(seqs):
+            seq.topk_p, seq.topk_index, seq.hidden = p[b], idx[b], hidden[b]
+
+    def _get_state(self, seqs, slots_t):
+        if self._slot_state:
+            return self._st_p[slots_t], self._st_i[slots_t], self._st_h[slots_t]
+        return (torch.stack([s.topk_p for s in seqs]), torch.stack([s.topk_index for s in seqs]),
+                torch.stack([s.hidden for s in seqs]))
 
     def _aux(self, aux: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(aux) if self.zero_aux else aux
@@ -350,9 +391,43 @@ class SpecDecoder:
         if not reqs:
             return StepStats(0, 0, 0, 0)
         seqs = [self._seqs[r.rid] for r in reqs]
+        if self.graphs is not None and self.graphs.fits(reqs, seqs):
+            return self._graph_step(reqs, seqs)
         if self.draft is None:
             return self._plain_step(reqs, seqs)
         return self._spec_step(reqs, seqs)
+
+    def _graph_step(self, reqs, seqs) -> StepStats:
+        """One greedy step through graph_step (a CUDA-graph replay, or its body run eagerly)."""
+        B = len(seqs)
+        out = self.graphs.run([s.slot for s in seqs], [s.seq_len for s in seqs], [s.last_token for s in seqs])
+        if self.draft is None:
+            for req, seq, tok in zip(reqs, seqs, out):
+                seq.seq_len += 1
+                seq.last_token = tok
+                req.output_ids.append(tok)
+                req.finished = len(req.output_ids) >= req.max_new_tokens
+            return StepStats(B, 0, B, 0)
+        N = self.num_draft_tokens
+        stats = StepStats(B, 0, 0, B * (N - 1))
+        for req, seq, row in zip(reqs, seqs, out):
+            self._account(req, seq, row[0] + 1, row[1: row[0] + 2], stats)
+        return stats
+
+    def _account(self, req, seq, path_len: int, toks: list[int], stats: StepStats) -> None:
+        """Apply one verify step's result (accepted path length incl. root, emitted tokens) to req."""
+        seq.seq_len += path_len
+        seq.last_token = toks[-1]
+        room = req.max_new_tokens - len(req.output_ids)
+        toks = toks[:room]
+        accepted = min(path_len - 1, len(toks))
+        req.output_ids.extend(toks)
+        req.finished = len(req.output_ids) >= req.max_new_tokens
+        req.spec_verify_ct += 1
+        req.spec_accepted_drafts += accepted
+        req.spec_accept_histogram[accepted] += 1
+        stats.num_accepted_drafts += accepted
+        stats.num_generated_tokens += len(toks)
 
     def _plain_step(self, reqs, seqs) -> StepStats:
         B, dev = len(seqs), self.device
@@ -371,13 +446,14 @@ class SpecDecoder:
             req.finished = len(req.output_ids) >= req.max_new_tokens
         return StepStats(B, 0, B, 0)
 
-    def _draft_tree(self, seqs, seq_lens, max_len, slots, slots_t):
-        """S draft steps (select -> draft forward -> top-k) and `organize`, as in SGLang."""
-        K, S, B, dev = self.topk, self.num_steps, len(seqs), self.device
-        d = self.draft.cfg.hidden_size
-        topk_p = torch.stack([s.topk_p for s in seqs])
-        topk_index = torch.stack([s.topk_index for s in seqs])
-        hidden = torch.stack([s.hidden for s in seqs])
+    def _draft_tree(self, topk_p, topk_index, hidden, seq_lens, kv_len, slots_t, slot_range=None,
+                    static=False):
+        """S draft steps (select -> draft forward -> top-k) and `organize`, as in SGLang.
+
+        kv_len: the longest prefix in the batch (eager: the cache read grows by K per step) or,
+        with `static`, the fixed cache length every step reads (a CUDA graph's shapes)."""
+        K, S, B = self.topk, self.num_steps, seq_lens.shape[0]
+        dev, d = seq_lens.device, self.draft.cfg.hidden_size
         score_list, token_list, parents_list = [], [], []
         scores = None
         anc = torch.zeros(B, K, 0, dtype=torch.bool, device=dev)  # ancestors of this step's lanes among drafted nodes
@@ -393,10 +469,12 @@ class SpecDecoder:
             if i > 0:  # lane l of step i continues lane info[2] // K ... of step i-1
                 parent = (info[2] - (K * K * (i - 1) + K)) // K  # [B, K]
                 anc = torch.cat([anc.gather(1, parent[:, :, None].expand(B, K, anc.shape[2])),
-                                 torch.nn.functional.one_hot(parent, K).bool()], dim=2)
+                                 parent[:, :, None] == lanes], dim=2)
             # Step i's lanes sit at draft position seq_len + i; their KV goes to seq_len + i*K + lane.
-            kv = self._view(self._dk, self._dv, slots, slots_t, seq_lens, i * K + lanes,
-                            max_len + (i + 1) * K, torch.cat([anc, eye], dim=2))
+            kv = KVView(self._dk, self._dv, slots_t, seq_lens[:, None] + (i * K + lanes),
+                        kv_len if static else kv_len + (i + 1) * K,
+                        attention_mask(seq_lens, kv_len if static else kv_len + (i + 1) * K,
+                                       torch.cat([anc, eye], dim=2)), slot_range)
             logits, h = self.draft(self.target.embed_tokens(input_ids.view(B, K)), hidden_in.view(B, K, d),
                                    (seq_lens + i)[:, None].expand(B, K), kv)
             topk_p, topk_index = ops.draft_topk(logits.view(B * K, -1), K, self.hot)
@@ -406,51 +484,49 @@ class SpecDecoder:
     def _spec_step(self, reqs, seqs) -> StepStats:
         K, S, N, B = self.topk, self.num_steps, self.num_draft_tokens, len(seqs)
         lens, slots = [s.seq_len for s in seqs], [s.slot for s in seqs]
-        meta = self._dev([lens, slots])  # one host->device copy
+        meta = self._dev([lens, slots, [s.last_token for s in seqs]])  # one host->device copy
         seq_lens, slots_t, max_len = meta[0], meta[1], max(lens)
-        parent_list, top_idx, draft_tokens = self._draft_tree(seqs, seq_lens, max_len, slots, slots_t)
-        # The tree is built on the host (build_tree's contract): one device->host copy of its inputs.
-        parent_list, top_idx, draft_tokens = self._to_host(parent_list, top_idx, draft_tokens)
-        verified = torch.tensor([s.last_token for s in seqs])
-        host_tree = ops.build_tree(verified, parent_list, top_idx, draft_tokens, torch.tensor(lens), K, S, N)
-        tree = host_tree if not self._on_cuda else \
-            type(host_tree)(**{f.name: self._to_dev(getattr(host_tree, f.name)) for f in fields(host_tree)})
+        rng = (slots[0], slots[0] + B) if slots == list(range(slots[0], slots[0] + B)) else None
+        parent_list, top_idx, draft_tokens = self._draft_tree(*self._get_state(seqs, slots_t), seq_lens, max_len,
+                                                              slots_t, rng)
+        if self._on_cuda:  # built on the device: the verify result is the step's only read-back
+            tree = ops.build_tree_device(meta[2], parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
+        else:
+            tree = ops.build_tree(meta[2], parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
         # Verify: N tree tokens at cache positions seq_len + node, RoPE positions seq_len + depth.
         kv = self._view(self._tk, self._tv, slots, slots_t, seq_lens, torch.arange(N, device=self.device),
                         max_len + N, tree.tree_mask)
         logits, aux = self.target(tree.draft_token, tree.positions, kv, capture=self.capture)
         res = ops.verify_tree(logits.view(B * N, -1), tree.draft_token, tree.retrive_index,
                               tree.retrive_next_token, tree.retrive_next_sibling, S + 1)
-        acc_index, acc_len, bonus = (t.tolist() for t in self._to_host(res.accept_index, res.accept_length,
-                                                                      res.bonus))
-        tokens = host_tree.draft_token.tolist()
+        # One device->host copy: the verify result (+ on CUDA the emitted tokens, predict at the
+        # accepted nodes; + with sampling requests the tree lists that sample_tree walks).
+        sampling = any(r.temperature > 0 for r in reqs)
+        parts = [res.accept_index, res.accept_length, res.bonus]
+        if self._on_cuda:
+            parts.append(res.predict.long()[res.accept_index.long().clamp(min=0)])
+        if sampling or not self._on_cuda:
+            parts += [tree.draft_token, tree.retrive_next_token, tree.retrive_next_sibling]
+        host = [t.tolist() for t in self._to_host(*parts)]
+        acc_index, acc_len, bonus = host[:3]
+        emitted_dev = host[3] if self._on_cuda else None
+        tokens, next_token, next_sibling = host[-3:] if len(host) > 3 + self._on_cuda else (None, None, None)
         paths, emitted = [], []
         for b, req in enumerate(reqs):
             if req.temperature > 0:
-                path, toks = sample_tree(self._probs(logits[b], req).cpu(),
-                                         host_tree.retrive_next_token[b].tolist(),
-                                         host_tree.retrive_next_sibling[b].tolist(), tokens[b], seqs[b].gen)
+                path, toks = sample_tree(self._probs(logits[b], req).cpu(), next_token[b], next_sibling[b],
+                                         tokens[b], seqs[b].gen)
             else:
                 path = [g - b * N for g in acc_index[b][:acc_len[b] + 1]]
-                toks = [tokens[b][n] for n in path[1:]] + [bonus[b]]
+                toks = emitted_dev[b][: acc_len[b] + 1] if emitted_dev is not None else \
+                    [tokens[b][n] for n in path[1:]] + [bonus[b]]
             paths.append(path)
             emitted.append(toks)
         self._compact(slots, lens, paths)
-        self._extend(seqs, slots, slots_t, seq_lens, max_len, paths, emitted, aux)
+        self._extend(seqs, slots, slots_t, seq_lens, max_len, paths, emitted, aux, rng)
         stats = StepStats(B, 0, 0, B * (N - 1))
         for req, seq, path, toks in zip(reqs, seqs, paths, emitted):
-            seq.seq_len += len(path)
-            seq.last_token = toks[-1]
-            room = req.max_new_tokens - len(req.output_ids)
-            toks = toks[:room]
-            accepted = min(len(path) - 1, len(toks))
-            req.output_ids.extend(toks)
-            req.finished = len(req.output_ids) >= req.max_new_tokens
-            req.spec_verify_ct += 1
-            req.spec_accepted_drafts += accepted
-            req.spec_accept_histogram[accepted] += 1
-            stats.num_accepted_drafts += accepted
-            stats.num_generated_tokens += len(toks)
+            self._account(req, seq, len(path), toks, stats)
         return stats
 
     def _compact(self, slots, seq_lens, paths) -> None:
@@ -464,7 +540,7 @@ class SpecDecoder:
         for c in (self._tk, self._tv):
             c[:, slot_i, :, dst] = c[:, slot_i, :, src]  # the right side is a copy: overlaps are safe
 
-    def _extend(self, seqs, slots, slots_t, seq_lens, max_len, paths, emitted, aux) -> None:
+    def _extend(self, seqs, slots, slots_t, seq_lens, max_len, paths, emitted, aux, rng) -> None:
         """Draft extend over each request's accepted tokens with the verify pass's aux rows."""
         B, dev = len(seqs), self.device
         T = max(len(p) for p in paths)
@@ -478,10 +554,9 @@ class SpecDecoder:
         ext_aux = aux.gather(1, rows[:, :, None].expand(B, T, aux.shape[2]))  # padded rows: stale, unread
         causal = torch.ones(T, T, dtype=torch.bool, device=dev).tril()[None]
         steps = torch.arange(T, device=dev)
-        kv = self._view(self._dk, self._dv, slots, slots_t, seq_lens, steps, max_len + T, causal)
+        kv = KVView(self._dk, self._dv, slots_t, seq_lens[:, None] + steps, max_len + T,
+                    attention_mask(seq_lens, max_len + T, causal), rng)
         logits, h = self.draft(self.target.embed_tokens(toks), self._aux(ext_aux), seq_lens[:, None] + steps, kv)
         ar = torch.arange(B, device=dev)
         p, idx = ops.draft_topk(logits[ar, last], self.topk, self.hot)
-        hid = h[ar, last]
-        for b, seq in enumerate(seqs):
-            seq.topk_p, seq.topk_index, seq.hidden = p[b], idx[b], hid[b]
+        self._set_state(seqs, slots_t, p, idx, h[ar, last])

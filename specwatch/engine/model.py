@@ -189,6 +189,17 @@ class Rope:
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
 
+def attention_mask(seq_lens: torch.Tensor, kv_len: int, local: torch.Tensor) -> torch.Tensor:
+    """Attention mask [B, 1, T, kv_len]: the whole prefix [0, seq_len) plus `local` [B|1, T, M]
+    over the M new cache positions seq_len .. seq_len+M-1 (stale entries beyond stay masked).
+    Device ops only (no host read), so it can be captured in a CUDA graph."""
+    M = local.shape[-1]
+    rel = torch.arange(kv_len, device=seq_lens.device)[None, :] - seq_lens[:, None]  # [B, kv_len]
+    local = local.expand(seq_lens.shape[0], -1, -1)
+    picked = local.gather(2, rel.clamp(0, M - 1)[:, None, :].expand(-1, local.shape[1], -1))
+    return ((rel < 0)[:, None, :] | (picked & (rel < M)[:, None, :]))[:, None]
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -205,10 +216,11 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(d, d, bias=False)
 
     def qkv(self, x, cos, sin):
-        """Rotated q, k and v, each [B, H, T, hd]."""
+        """Rotated q, k and v, each [B, H, T, hd] (q and k rotated in one pass: fewer kernels)."""
         B, T, _ = x.shape
         qkv = self.qkv_proj(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        return _rotate(qkv[0], cos, sin), _rotate(qkv[1], cos, sin), qkv[2]
+        qk = _rotate(qkv[:2], cos, sin)
+        return qk[0], qk[1], qkv[2]
 
     def out(self, o: torch.Tensor) -> torch.Tensor:
         B, H, T, hd = o.shape

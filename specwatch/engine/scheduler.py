@@ -173,7 +173,8 @@ class Scheduler(threading.Thread):
         avail_before = _avail_mem_gb()
         self.log.info(f"Load weight begin. avail mem={avail_before:.2f} GB")
         tic = time.perf_counter()
-        kwargs: dict[str, Any] = dict(device=self.device, max_total_tokens=a.max_total_tokens)
+        kwargs: dict[str, Any] = dict(device=self.device, max_total_tokens=a.max_total_tokens,
+                                      cuda_graph=not a.disable_cuda_graph, cuda_graph_max_bs=a.cuda_graph_max_bs)
         if a.random_seed is not None:
             kwargs["seed"] = a.random_seed
         if spec:
@@ -196,6 +197,17 @@ class Scheduler(threading.Thread):
             self.log.info(
                 f"Load weight end. elapsed={elapsed * size / total:.2f} s, type={arch}, "
                 f"dtype=torch.float32, avail mem={avail:.2f} GB, mem usage={2 * size / 2**30:.2f} GB.")
+        if self.decoder.graphs is not None and self.decoder.graphs.capture:
+            # SGLang's CudaGraphRunner lines; the graphs cover greedy decode steps (graph_step.py).
+            import torch
+
+            free0 = torch.cuda.mem_get_info(self.decoder.device)[0] / 2**30
+            self.log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={free0:.2f} GB")
+            tic = time.perf_counter()
+            self.decoder.capture_cuda_graphs()
+            free1 = torch.cuda.mem_get_info(self.decoder.device)[0] / 2**30
+            self.log.info(f"Capture cuda graph end. Time elapsed: {time.perf_counter() - tic:.2f} s. "
+                          f"mem usage={max(free0 - free1, 0.0):.2f} GB. avail mem={free1:.2f} GB.")
         self.max_total_num_tokens = int(self.decoder.max_total_num_tokens)
         # The decoder keeps one full-context KV slot per running request.
         slots = max(1, self.max_total_num_tokens // int(getattr(self.decoder, "context_len", 1) or 1))

@@ -1,0 +1,174 @@
+"""CUDA graphs of the built-in engine's greedy decode steps, one per batch-size bucket (as SGLang).
+
+A step body here is one whole decoder iteration in fixed shapes, with no host read: a plain target
+step, or a speculative step (draft loop, `organize`, tree build on the device, tree verify, KV
+compaction of the accepted path, draft extend, and the next first-step candidates written back
+to the per-slot draft state). Every forward reads the KV cache up to its full capacity under a
+mask, so the shapes depend only on the bucket. A batch of B requests is padded to the smallest
+bucket >= B; padded rows run on KV slots no live request uses and their results are dropped.
+
+Inputs are one [3, bucket] int64 tensor (seq_lens, last tokens, KV slots), copied from pinned
+memory; the output is one tensor read back in one copy: the plain step's tokens, or per request
+(accept length, S+1 emitted tokens). Two variants per bucket: "dense" (the batch holds slots
+0..B-1 and slots B..bucket-1 are free, so cache reads are views) and "gather" (any slots; padded
+rows go to the scratch slot past the real ones). `SpecDecoder` picks the graph when a greedy
+batch fits (see `fits`), else runs its eager step. Without capture (CPU tests) the same bodies run
+eagerly, which is how CI checks them.
+
+Not here: sampling (temperature > 0 runs eagerly), prefill, scheduling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels import ops
+from specwatch.engine.model import KVView, attention_mask
+
+BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)  # SGLang's small-bs list
+
+
+def plain_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
+    """inp [3, Bp]: seq_lens, last tokens, slots. Returns the greedy next token [Bp]."""
+    seq_lens, tok, slots = inp[0], inp[1], inp[2]
+    cap = dec.kv_capacity
+    one = torch.ones(1, 1, 1, dtype=torch.bool, device=inp.device)
+    kv = KVView(dec._tk, dec._tv, slots, seq_lens[:, None], cap, attention_mask(seq_lens, cap, one), rng)
+    logits, _ = dec.target(tok[:, None], seq_lens[:, None], kv)
+    return torch.argmax(logits[:, 0], dim=-1)
+
+
+def spec_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
+    """inp [3, Bp]: seq_lens, last tokens (tree roots), slots. Returns [Bp, 1 + S+1]: accepted
+    drafts, then the emitted tokens (accepted drafts + bonus; entries past it are stale)."""
+    seq_lens, verified, slots = inp[0], inp[1], inp[2]
+    K, S, N = dec.topk, dec.num_steps, dec.num_draft_tokens
+    B, dev, cap = seq_lens.shape[0], inp.device, dec.kv_capacity
+    parent_list, top_idx, draft_tokens = dec._draft_tree(
+        dec._st_p[slots], dec._st_i[slots], dec._st_h[slots], seq_lens, cap, slots, rng, static=True)
+    tree = ops.build_tree_device(verified, parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
+    # Verify: node n at cache position seq_len + n, RoPE position seq_len + depth.
+    kv = KVView(dec._tk, dec._tv, slots, seq_lens[:, None] + torch.arange(N, device=dev), cap,
+                attention_mask(seq_lens, cap, tree.tree_mask), rng)
+    logits, aux = dec.target(tree.draft_token, tree.positions, kv, capture=dec.capture)
+    res = ops.verify_tree(logits.view(B * N, -1), tree.draft_token, tree.retrive_index,
+                          tree.retrive_next_token, tree.retrive_next_sibling, S + 1)
+    acc_index, acc_len = res.accept_index.long(), res.accept_length.long()
+    valid = acc_index >= 0
+    node = torch.where(valid, acc_index - torch.arange(B, device=dev)[:, None] * N, 0)  # [B, S+1]
+    # predict at accepted node j = the token emitted after it (next accepted draft, or the bonus)
+    toks = res.predict.long()[acc_index.clamp(min=0)]
+    steps = torch.arange(S + 1, device=dev)
+    dst = seq_lens[:, None] + steps
+    src = torch.where(valid, seq_lens[:, None] + node, dst)
+    slot_i = slots[:, None].expand(B, S + 1)
+    for c in (dec._tk, dec._tv):  # accepted path -> consecutive positions (right side is a copy)
+        c[:, slot_i, :, dst] = c[:, slot_i, :, src]
+    # Draft extend over the emitted tokens with the verify pass's aux rows of the accepted nodes.
+    ext_aux = aux.gather(1, node[:, :, None].expand(B, S + 1, aux.shape[2]))
+    causal = torch.ones(S + 1, S + 1, dtype=torch.bool, device=dev).tril()[None]
+    kvd = KVView(dec._dk, dec._dv, slots, dst, cap, attention_mask(seq_lens, cap, causal), rng)
+    dlogits, h = dec.draft(dec.target.embed_tokens(toks), dec._aux(ext_aux), dst, kvd)
+    ar = torch.arange(B, device=dev)
+    p, idx = ops.draft_topk(dlogits[ar, acc_len], K, dec.hot)
+    dec._st_p[slots], dec._st_i[slots], dec._st_h[slots] = p, idx, h[ar, acc_len]
+    return torch.cat([acc_len[:, None], toks], dim=1)
+
+
+class _Entry:
+    def __init__(self, bs: int, dev: torch.device, pinned: bool):
+        self.inp = torch.zeros(3, bs, dtype=torch.long, device=dev)
+        self.host_in = torch.zeros(3, bs, dtype=torch.long, pin_memory=pinned)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.out: torch.Tensor | None = None
+        self.host_out: torch.Tensor | None = None
+
+
+class GraphRunner:
+    """Per-bucket CUDA graphs of a decoder's greedy step (or, capture=False, the bodies run eagerly)."""
+
+    def __init__(self, dec, max_bs: int, capture: bool):
+        self.dec = dec
+        self.capture = capture
+        self.buckets = sorted({b for b in BUCKETS if b < max_bs} | {max_bs})
+        self.body = plain_step_body if dec.draft is None else spec_step_body
+        self._entries: dict[tuple[int, bool], _Entry] = {}
+        self._pool = None
+
+    def bucket(self, batch: int) -> int | None:
+        return next((b for b in self.buckets if b >= batch), None)
+
+    def fits(self, reqs, seqs) -> bool:
+        """A greedy batch of at most the largest bucket."""
+        return len(seqs) <= self.buckets[-1] and all(r.temperature <= 0 for r in reqs)
+
+    def _dense(self, slots: list[int], bs: int) -> bool:
+        if slots != list(range(len(slots))):
+            return False
+        return all(not len(slots) <= s.slot < bs for s in self.dec._seqs.values())
+
+    @torch.inference_mode()
+    def capture_all(self) -> int:
+        """Capture every bucket's dense graph now (call with no request running). Returns the count."""
+        for bs in self.buckets:
+            self._entry(bs, True)
+        return len(self._entries)
+
+    def _entry(self, bs: int, dense: bool) -> _Entry:
+        key = (bs, dense)
+        if key in self._entries:
+            return self._entries[key]
+        dec = self.dec
+        e = _Entry(bs, dec.device, pinned=self.capture)
+        rng = (0, bs) if dense else None
+        if self.capture:
+            # Warm up (Triton compiles, cuBLAS/SDPA pick kernels, workspaces get allocated) on the
+            # scratch slot only, so live requests' caches are never touched; then capture.
+            e.inp[2] = dec.num_slots
+            side = torch.cuda.Stream(dec.device)
+            side.wait_stream(torch.cuda.current_stream(dec.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self.body(dec, e.inp, None)
+            torch.cuda.current_stream(dec.device).wait_stream(side)
+            e.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(e.graph, pool=self._pool):
+                e.out = self.body(dec, e.inp, rng)
+            if self._pool is None:
+                self._pool = e.graph.pool()
+            e.host_out = torch.empty(e.out.shape, dtype=e.out.dtype, pin_memory=True)
+        e.rng = rng
+        self._entries[key] = e
+        return e
+
+    def run(self, slots: list[int], seq_lens: list[int], last: list[int]) -> list:
+        """One step for B requests; returns the body's output rows for the B real requests."""
+        B = len(slots)
+        bs = self.bucket(B)
+        dense = self._dense(slots, bs)
+        e = self._entry(bs, dense)
+        pad = bs - B
+        pad_slots = list(range(B, bs)) if dense else [self.dec.num_slots] * pad
+        e.host_in.copy_(torch.tensor([seq_lens + [0] * pad, last + [0] * pad, slots + pad_slots]))
+        if e.graph is None:  # eager (tests on CPU)
+            e.inp.copy_(e.host_in)
+            return self.body(self.dec, e.inp, e.rng)[:B].tolist()
+        e.inp.copy_(e.host_in, non_blocking=True)
+        e.graph.replay()
+        e.host_out.copy_(e.out, non_blocking=True)
+        torch.cuda.current_stream(self.dec.device).synchronize()  # the step's one device->host wait
+        return e.host_out[:B].tolist()
+
+    def replay_seconds(self, bs: int, iters: int = 50) -> float:
+        """Mean wall time of one bare replay of the dense graph of bucket `bs` (no request may be
+        running: it writes the caches of slots 0..bs-1). For benchmarks."""
+        e = self._entry(bs, True)
+        import time
+
+        e.graph.replay()
+        torch.cuda.synchronize(self.dec.device)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            e.graph.replay()
+        torch.cuda.synchronize(self.dec.device)
+        return (time.perf_counter() - t0) / iters

@@ -1,9 +1,10 @@
-"""Bulk-ingest accelerator: the C scanner (`_fastscan.c`) turned into Arrow tables.
+"""Bulk-ingest accelerator: the C scanner (`_fastscan.c`) filling Arrow column buffers directly.
 
 The scanner takes only the common, canonical SGLang decode/prefill lines and returns every other
 line that carries an anchor to the caller, who parses it with `specwatch.parse` (the definition).
-`tests/test_fastscan.py` checks both paths store identical rows. If the extension is not built,
-`available()` is False and ingest uses `parse` for everything.
+`tests/test_fastscan.py` and `tests/test_fuzz.py` check both paths store identical rows. If the
+extension is not built, or `formats/lines.toml` no longer types the fields the way the scanner
+assumes, `available()` is False and ingest uses `parse` for everything.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from specwatch import parse
 
 try:
     from specwatch import _fastscan
@@ -21,20 +23,78 @@ except ImportError:  # no compiler at install time
     _fastscan = None
 
 NULL_I64 = np.iinfo(np.int64).min
-_DEV = np.array(["cuda", "cpu", "npu", "musa"], dtype=object)
+NULL_I32 = np.iinfo(np.int32).min
+_DEV = pa.array(["cuda", "cpu", "npu", "musa"])
+MIN_ROW_BYTES = 64   # no decode/prefill line the scanner takes is shorter than this
 
-# Column layouts, in the order of the enums in _fastscan.c.
-_D_I64 = ["byte_offset", "line_no", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "forward_iter",
-          "running_req", "kv_tokens", "queue_req"]
-_D_F64 = ["token_usage_frac", "accept_len", "accept_rate_printed", "gen_throughput_tok_s"]
-_P_I64 = ["byte_offset", "line_no", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "forward_iter",
-          "new_seq", "new_tokens", "cached_tokens", "running_req", "queue_req"]
-_P_F64 = ["token_usage_frac", "input_throughput_tok_s", "cache_hit_rate_pct"]
+# Column slots, in the order of the enums in _fastscan.c; (names, Arrow type) per group.
+_KINDS = {
+    "decode": dict(
+        i64=["byte_offset", "line_no", "forward_iter", "kv_tokens", "ts"],
+        i32=["dp_rank", "tp_rank", "pp_rank", "ep_rank", "running_req", "queue_req"],
+        f64=["token_usage_frac", "accept_len", "accept_rate_printed", "gen_throughput_tok_s"],
+        graph_device=True),
+    "prefill": dict(
+        i64=["byte_offset", "line_no", "forward_iter", "new_tokens", "cached_tokens", "ts"],
+        i32=["dp_rank", "tp_rank", "pp_rank", "ep_rank", "new_seq", "running_req", "queue_req"],
+        f64=["token_usage_frac", "input_throughput_tok_s", "cache_hit_rate_pct"],
+        graph_device=False),
+}
+_STRINGS = ["ts_text", "rank", "fields"]
+
+# What the scanner assumes formats/lines.toml declares (printed key -> (column, type)); it types
+# these itself and treats every other declared key as "not mine".
+_ASSUMED = {
+    "sglang_decode": ({"running_req": ("running_req", "int"), "token": ("kv_tokens", "int"),
+                       "token_usage": ("token_usage_frac", "float"),
+                       "accept_len": ("accept_len", "float"),
+                       "accept_rate": ("accept_rate_printed", "float"),
+                       "cuda_graph": ("graph_enabled", "bool"),
+                       "gen_throughput": ("gen_throughput_tok_s", "float"),
+                       "queue_req": ("queue_req", "int")},
+                      ("running_req", "gen_throughput", "queue_req"), "running_req"),
+    "sglang_prefill": ({"new_seq": ("new_seq", "int"), "new_token": ("new_tokens", "int"),
+                        "cached_token": ("cached_tokens", "int"),
+                        "token_usage": ("token_usage_frac", "float"),
+                        "running_req": ("running_req", "int"), "queue_req": ("queue_req", "int"),
+                        "input_throughput": ("input_throughput_tok_s", "float"),
+                        "cache_hit_rate": ("cache_hit_rate_pct", "pct"),
+                        "cuda_graph": ("graph_enabled", "bool")},
+                       ("new_seq", "new_token", "queue_req"), "new_seq"),
+}
+
+
+def format_drift() -> list[str]:
+    """Where formats/lines.toml no longer matches what the scanner assumes (empty: in step)."""
+    out = []
+    for kind, (typed, required, first) in _ASSUMED.items():
+        fmt = parse.FORMATS.lines[kind]
+        for key, (col, typ) in typed.items():
+            got = fmt.by_key.get(key)
+            if got is None or (got.column, got.type) != (col, typ):
+                out.append(f"{kind}.{key}: scanner assumes {col} {typ}, lines.toml says "
+                           f"{(got.column, got.type) if got else None}")
+        if set(fmt.required) != set(required) or fmt.first_key != first:
+            out.append(f"{kind}: required/first_key changed ({fmt.required}, {fmt.first_key})")
+    return out
+
+
+def _reserved_keys() -> list[str]:
+    keys = {"forward_iter", "engine"}  # ingest keeps these out of `fields`
+    for kind in _ASSUMED:
+        keys.update(parse.FORMATS.lines[kind].by_key)
+    return sorted(keys)
+
+
+_DRIFT = format_drift() if _fastscan is not None else []
+if _fastscan is not None and not _DRIFT:
+    _fastscan.configure(_reserved_keys())
 
 
 def available() -> bool:
-    """True when the C scanner is built and not disabled (env SPECWATCH_NO_FASTSCAN=1)."""
-    return _fastscan is not None and os.environ.get("SPECWATCH_NO_FASTSCAN") != "1"
+    """True when the C scanner is built, in step with lines.toml, and not disabled (env
+    SPECWATCH_NO_FASTSCAN=1)."""
+    return _fastscan is not None and not _DRIFT and os.environ.get("SPECWATCH_NO_FASTSCAN") != "1"
 
 
 @dataclass
@@ -48,77 +108,76 @@ class ScanResult:
     n_binary: int
 
 
-def _int_col(a: np.ndarray) -> pa.Array:
-    return pa.array(a, mask=a == NULL_I64)
+class _Kind:
+    """Caller-allocated column buffers for one table, in the layout _fastscan.c writes."""
+
+    def __init__(self, spec: dict, cap: int, nbytes: int):
+        self.spec = spec
+        self.i64 = np.empty((len(spec["i64"]), cap), np.int64)
+        self.i32 = np.empty((len(spec["i32"]), cap), np.int32)
+        self.f64 = np.empty((len(spec["f64"]), cap), np.float64)
+        self.i8 = np.empty((2, cap), np.int8)
+        self.soff = np.empty((3, cap + 1), np.int32)
+        self.sdata = [np.empty(nbytes + 64, np.uint8) for _ in range(3)]
+
+    def buffers(self) -> tuple:
+        return (self.i64, self.i32, self.f64, self.i8, self.soff, *self.sdata)
+
+    def columns(self, n: int, str_lens) -> dict[str, pa.Array]:
+        cols: dict[str, pa.Array] = {}
+        for j, name in enumerate(self.spec["i64"]):
+            typ = pa.timestamp("us") if name == "ts" else pa.int64()
+            cols[name] = _fixed(typ, self.i64[j, :n], self.i64[j, :n] == NULL_I64)
+        for j, name in enumerate(self.spec["i32"]):
+            cols[name] = _fixed(pa.int32(), self.i32[j, :n], self.i32[j, :n] == NULL_I32)
+        for j, name in enumerate(self.spec["f64"]):
+            cols[name] = _fixed(pa.float64(), self.f64[j, :n], np.isnan(self.f64[j, :n]))
+        flag = self.i8[0, :n]
+        cols["graph_enabled"] = pa.Array.from_buffers(
+            pa.bool_(), n, [_bits(flag >= 0), _bits(flag == 1)])
+        if self.spec["graph_device"]:
+            dev = self.i8[1, :n]
+            idx = _fixed(pa.int8(), dev, dev < 0)
+            cols["graph_device"] = pa.DictionaryArray.from_arrays(idx, _DEV).cast(pa.string())
+        for k, name in enumerate(_STRINGS):
+            off = self.soff[k, :n + 1]
+            valid = None if name != "fields" else _bits(off[1:] != off[:-1])
+            cols[name] = pa.Array.from_buffers(
+                pa.string(), n, [valid, pa.py_buffer(off), pa.py_buffer(self.sdata[k][:str_lens[k]])])
+        return cols
 
 
-def _texts(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    """Strings from spans of `buf` (empty span -> NULL for JSON, "" otherwise is kept)."""
-    lengths = (ends - starts).astype(np.int64)
-    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if len(starts):
-        idx = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        data = np.frombuffer(buf, dtype=np.uint8)[idx]
-    else:
-        data = np.zeros(0, dtype=np.uint8)
-    return pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets),
-                                            pa.py_buffer(data.tobytes())).cast(pa.string())
+def _bits(mask: np.ndarray) -> pa.Buffer:
+    return pa.py_buffer(np.packbits(mask, bitorder="little"))
 
 
-def _scan_one(data: bytes, base_offset: int, base_line: int) -> ScanResult:
+def _fixed(typ: pa.DataType, values: np.ndarray, null: np.ndarray) -> pa.Array:
+    n = len(values)
+    if n == 0:
+        return pa.array([], type=typ)
+    validity = _bits(~null) if null.any() else None
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(values)])
+
+
+def _scan_one(data, base_offset: int, base_line: int) -> ScanResult:
     """Scan `data` (complete lines, ending with a newline) starting at file offset `base_offset`,
     after `base_line` lines."""
-    cap = data.count(b"\n") + 1
-    di = np.empty((cap, len(_D_I64)), dtype=np.int64)
-    df = np.empty((cap, len(_D_F64)), dtype=np.float64)
-    dg = np.empty((cap, 2), dtype=np.int8)
-    pi = np.empty((cap, len(_P_I64)), dtype=np.int64)
-    pf = np.empty((cap, len(_P_F64)), dtype=np.float64)
-    pg = np.empty((cap, 2), dtype=np.int8)
-    tb = bytearray(len(data) + 64)
-    to = np.empty((cap, 3), dtype=np.int64)
-    sl = np.empty((cap, 2), dtype=np.int64)
-    nd, npf, ns, ntext, fbad, nbad, fbin, nbin = _fastscan.scan(
-        data, base_offset, base_line, di, df, dg, pi, pf, pg, tb, to, sl)
-    text = bytes(tb[:ntext])
-    spans = to[:nd + npf]
-    is_pre = spans[:, 0] < 0
-    spans = spans.copy()
-    spans[is_pre, 0] = -1 - spans[is_pre, 0]
-    out = []
-    for n, i64, f64, g, names_i, names_f, sel in ((nd, di, df, dg, _D_I64, _D_F64, ~is_pre),
-                                                  (npf, pi, pf, pg, _P_I64, _P_F64, is_pre)):
-        sp = spans[sel]
-        cols: dict[str, pa.Array] = {}
-        for j, name in enumerate(names_i):
-            cols[name] = _int_col(i64[:n, j].copy())
-        for j, name in enumerate(names_f):
-            v = f64[:n, j].copy()
-            cols[name] = pa.array(v, mask=np.isnan(v))
-        flag = g[:n, 0].copy()
-        cols["graph_enabled"] = pa.array(flag == 1, mask=flag < 0)
-        dev = g[:n, 1].astype(np.int64)
-        cols["graph_device"] = pa.array(_DEV[np.clip(dev, 0, 3)], type=pa.string(), mask=dev < 0)
-        fields = _texts(text, sp[:, 0], sp[:, 1])
-        cols["fields"] = pc.if_else(pc.equal(pc.utf8_length(fields), 0), pa.scalar(None, pa.string()),
-                                    fields)
-        ts_text = _texts(text, sp[:, 1], sp[:, 2])
-        cols["ts_text"] = ts_text
-        cols["ts"] = pc.cast(ts_text, pa.timestamp("us"))
-        out.append((cols, sp))
-    # rank text: the span after ts up to the end of this row's text
-    for cols, sp in out:
-        ends = _row_ends(spans, sp, len(text))
-        cols["rank"] = _texts(text, sp[:, 2], ends)
-    return ScanResult(out[0][0], out[1][0], sl[:ns].copy(), fbad, nbad, fbin, nbin)
+    lines = data.count(b"\n") + 1
+    cap = min(lines, len(data) // MIN_ROW_BYTES + 16)
+    dec = _Kind(_KINDS["decode"], cap, len(data))
+    pre = _Kind(_KINDS["prefill"], cap, len(data))
+    sl = np.empty((lines, 2), dtype=np.int64)
+    nd, npf, ns, fbad, nbad, fbin, nbin, dlens, plens = _fastscan.scan(
+        data, base_offset, base_line, dec.buffers(), pre.buffers(), sl)
+    return ScanResult(dec.columns(nd, dlens), pre.columns(npf, plens), sl[:ns].copy(),
+                      fbad, nbad, fbin, nbin)
 
 
-def scan(data: bytes, base_offset: int, base_line: int, workers: int = 2,
+def scan(data, base_offset: int, base_line: int, workers: int = 1,
          min_split_bytes: int = 4 << 20) -> ScanResult:
     """Scan `data` (complete lines, ending with a newline) starting at file offset `base_offset`,
-    after `base_line` lines. Large buffers are split at line boundaries and scanned on `workers`
-    threads (the C scanner releases the GIL); results are concatenated in file order."""
+    after `base_line` lines. With `workers` > 1, a large buffer is split at line boundaries and
+    scanned on that many threads (the C scanner releases the GIL); results join in file order."""
     if workers <= 1 or len(data) < min_split_bytes:
         return _scan_one(data, base_offset, base_line)
     cuts = [0]
@@ -143,10 +202,3 @@ def scan(data: bytes, base_offset: int, base_line: int, workers: int = 2,
         np.concatenate(slow) if slow else np.zeros((0, 2), np.int64),
         bad[0].first_bad_utf8 if bad else -1, sum(r.n_bad_utf8 for r in results),
         binr[0].first_binary if binr else -1, sum(r.n_binary for r in results))
-
-
-def _row_ends(all_spans: np.ndarray, sp: np.ndarray, text_len: int) -> np.ndarray:
-    """End of each row's text = start of the next row's text in buffer order."""
-    starts = np.sort(all_spans[:, 0])
-    nxt = np.searchsorted(starts, sp[:, 0], side="right")
-    return np.where(nxt < len(starts), starts[np.minimum(nxt, len(starts) - 1)], text_len)

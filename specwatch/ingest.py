@@ -11,27 +11,27 @@ Not for: following files as they grow (see `tail`), or knowing any line format (
 """
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specwatch import fastscan, parse, schema, store
+import duckdb
+import pyarrow as pa
+
+from specwatch import schema, store
+from specwatch.logfile import IngestError, compression, open_log  # noqa: F401
+from specwatch.rows import Batches, parse_chunk, parse_chunk_checked, parse_raw  # noqa: F401
 
 FP_LEN = 1024              # bytes hashed to fingerprint a file
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst while following a file
-BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: fewer, larger write bursts (peak RSS ~0.65 GB)
-MAX_LINE_TEXT = 2000       # characters of a rejected line kept in rejected_lines
-
-# Cheap byte-level prefilter: a line without one of these cannot be a stored record.
-_ANCHORS = (b" batch", b"server_args=", b"metrics: ", b"Avg prompt throughput:",
-            parse.READY_TEXT.encode(), *(t.encode() for t, _ in parse.EVENT_TEXTS))
-
-
-class IngestError(RuntimeError):
-    """A file could not be read at all (missing, unreadable, a directory given as a file, ...)."""
-
+BULK_CHUNK_BYTES = 32 << 20   # one-shot ingest: scanned while the previous chunk is inserted
+# What a batch insert raises when a value in it cannot be stored (not: locks, disk, checkpoints).
+_DATA_ERRORS = (pa.ArrowException, duckdb.DataError, duckdb.IntegrityError,
+                duckdb.InvalidInputException, ValueError, TypeError, OverflowError)
+_LINE_TABLES = ("decode_windows", "prefill_windows", "vllm_spec_windows",
+                "vllm_throughput_windows", "server_configs", "events", "rejected_lines")
 
 @dataclass
 class IngestResult:
@@ -42,6 +42,7 @@ class IngestResult:
     rejected: int = 0
     bytes_read: int = 0
     warnings: list[str] = field(default_factory=list)
+    unrecognised: bool = False          # read whole, yet not one line specwatch stores
 
     def merge(self, other: "IngestResult") -> None:
         self.source_id = other.source_id or self.source_id
@@ -132,212 +133,54 @@ def find_source(con, path: str, st: os.stat_result, head: bytes,
                          fingerprint=fp, fingerprint_len=fp_len, offset_bytes=0, lines_done=0)
 
 
-_ts_cache: dict[str, dt.datetime | None] = {}
+@dataclass
+class _Chunk:
+    """Complete lines read and parsed, not yet committed."""
+    data: bytes
+    batches: Batches
+    notes: IngestResult          # rejected count and warnings, merged once committed
+    offset: int                  # file offset of data[0]
+    lines_done: int              # lines before data[0]
+    changed: bool = False        # the file was replaced while read: nothing here may be stored
+
+    @property
+    def end(self) -> int:
+        return self.offset + len(self.data)
 
 
-def _ts(text: str | None) -> dt.datetime | None:
-    if text is None:
-        return None
-    v = _ts_cache.get(text, False)
-    if v is False:
-        try:
-            v = dt.datetime.fromisoformat(text)
-        except ValueError:
-            v = None  # vLLM prints no year: keep ts_text only
-        if len(_ts_cache) > 100_000:
-            _ts_cache.clear()
-        _ts_cache[text] = v
-    return v
+class _Stat:
+    """What identifies an open log: the named file's device, inode and mtime, and the size of the
+    text read from it (the decompressed size for a compressed file)."""
 
-
-def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-class _Batches:
-    """Column lists per table, filled record by record."""
-
-    def __init__(self):
-        self.tables: dict[str, dict[str, list]] = {}
-        self.arrow: dict[str, list] = {}
-
-    def all(self) -> dict[str, list]:
-        """{table: [column lists and/or Arrow tables]} for store.insert."""
-        out = {t: [c] for t, c in self.tables.items()}
-        for t, tbls in self.arrow.items():
-            out.setdefault(t, []).extend(tbls)
-        return out
-
-    def add_arrow(self, table: str, tbl) -> None:
-        self.arrow.setdefault(table, []).append(tbl)
-
-    def add(self, table: str, row: dict) -> None:
-        cols = self.tables.get(table)
-        if cols is None:
-            cols = self.tables[table] = {c: [] for c in schema.column_names(table)}
-        for c, lst in cols.items():
-            lst.append(row.get(c))
-
-
-_COLS = {kind: fmt for kind, fmt in parse.FORMATS.lines.items()}
-
-
-def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> tuple[str, dict]:
-    """(table, row) for one parsed record."""
-    row = {"source_id": source_id, "byte_offset": offset, "line_no": line_no}
-    f = rec.fields
-    if rec.kind in ("sglang_decode", "sglang_prefill"):
-        row.update(ts=_ts(rec.timestamp), ts_text=rec.timestamp, rank=rec.rank,
-                   forward_iter=f.get("forward_iter"), **rec.ranks)
-    elif rec.kind.startswith("vllm_"):
-        row.update(ts_text=rec.timestamp, process=rec.process, engine=f.get("engine"))
-    if rec.kind in _COLS:
-        for key, value in f.items():
-            col = _COLS[rec.kind].by_key.get(key)
-            if col is None or value is None or isinstance(value, str) and col.type != "str":
-                continue
-            if col.type == "pct" and not isinstance(value, parse.Pct):
-                value = value * 100.0  # vLLM V0 prints the acceptance rate as a fraction
-            row[col.column] = value
-            if col.column == "graph_enabled":
-                row["graph_device"] = key.split("_")[0]
-        # `fields` keeps what no typed column holds, so typed columns + fields = the whole line
-        extra = {k: v for k, v in f.items()
-                 if k not in _COLS[rec.kind].by_key and k not in ("forward_iter", "engine")}
-        row["fields"] = store.dumps(extra) if extra else None
-        return schema.KIND_TABLE[rec.kind], row
-    if rec.kind == "server_args":
-        row.update(
-            ts=_ts(rec.timestamp),
-            form=rec.form,
-            model_path=f.get("model_path"),
-            draft_model_path=f.get("speculative_draft_model_path"),
-            speculative_algorithm=f.get("speculative_algorithm") or None,
-            speculative_num_steps=_int(f.get("speculative_num_steps")),
-            speculative_eagle_topk=_int(f.get("speculative_eagle_topk")),
-            speculative_num_draft_tokens=_int(f.get("speculative_num_draft_tokens")),
-            tp_size=_int(f.get("tp_size")), dp_size=_int(f.get("dp_size")),
-            ep_size=_int(f.get("ep_size", f.get("moe_ep_size"))), pp_size=_int(f.get("pp_size")),
-            decode_log_interval=_int(f.get("decode_log_interval")),
-            disable_cuda_graph=f.get("disable_cuda_graph") if isinstance(
-                f.get("disable_cuda_graph"), bool) else None,
-            sglang_version=str(f.get("version", f.get("sglang_version")))
-            if f.get("version", f.get("sglang_version")) is not None else None,
-            args=store.dumps(f))
-        return "server_configs", row
-    row.update(ts=_ts(rec.timestamp), kind=rec.kind, message=f.get("message"))
-    return "events", row
-
-
-def parse_raw(raw: bytes) -> tuple[str, parse.Record | parse.Rejected | None, bool]:
-    """(text, parse result, valid UTF-8) for one line's bytes; invalid UTF-8 is read with
-    replacement characters and still parsed."""
-    try:
-        text, valid = raw.decode("utf-8"), True
-    except UnicodeDecodeError:
-        text, valid = raw.decode("utf-8", errors="replace"), False
-    return text, parse.parse_line(text), valid
-
-
-def _parse_line_into(raw: bytes, here: int, line_no: int, source_id: str, path: str,
-                     batches: _Batches, result: IngestResult, bad_utf8: list[int]) -> None:
-    text, got, valid = parse_raw(raw)
-    if not valid:
-        bad_utf8.append(line_no)
-    if got is None:
-        return
-    if isinstance(got, parse.Rejected):
-        batches.add("rejected_lines", {
-            "source_id": source_id, "byte_offset": here, "line_no": line_no, "path": path,
-            "kind": got.kind, "reason": got.reason, "field": got.field,
-            "line_text": text[:MAX_LINE_TEXT]})
-        result.rejected += 1
-        return
-    table, row = record_row(got, source_id, here, line_no)
-    batches.add(table, row)
-
-
-def _warn(result: IngestResult, path: str, what: str, first: int, n: int) -> None:
-    if n:
-        more = f" ({n} lines like this)" if n > 1 else ""
-        result.warnings.append(f"{path}:{first}: {what}{more}; is this a log file?")
-
-
-def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start_line: int,
-                batches: _Batches, result: IngestResult) -> None:
-    """Parse complete lines in `data` (which ends with a newline) into `batches`.
-
-    With the C accelerator built, canonical SGLang decode/prefill lines are extracted in bulk
-    (`fastscan`) and only the other anchored lines go through `parse`; without it, `parse` sees
-    every anchored line. Both store identical rows (tests/test_fastscan.py)."""
-    if fastscan.available():
-        sr = fastscan.scan(data, start_offset, start_line)
-        for table, cols in (("decode_windows", sr.decode), ("prefill_windows", sr.prefill)):
-            n = len(cols["byte_offset"])
-            if n:
-                batches.add_arrow(table, store.arrow_from_columns(table, cols, n, source_id=source_id))
-        bad_utf8: list[int] = []
-        for rel, line_no in sr.slow_lines.tolist():
-            end = data.index(b"\n", rel)
-            _parse_line_into(data[rel:end], start_offset + rel, line_no, source_id, path, batches,
-                             result, bad_utf8)
-        _warn(result, path, "invalid UTF-8, read with replacement characters", sr.first_bad_utf8,
-              sr.n_bad_utf8)
-        _warn(result, path, "binary data (NUL bytes), skipped", sr.first_binary, sr.n_binary)
-        return
-    try:
-        data.decode("utf-8")
-        valid = True
-    except UnicodeDecodeError:
-        valid = False
-    binary = b"\x00" in data
-    offset = start_offset
-    line_no = start_line
-    bad_utf8: list[int] = []
-    bad_binary: list[int] = []
-    for raw in data.split(b"\n")[:-1]:
-        line_no += 1
-        here = offset
-        offset += len(raw) + 1
-        if binary and b"\x00" in raw:
-            bad_binary.append(line_no)
-            continue
-        for a in _ANCHORS:
-            if a in raw:
-                break
-        else:
-            if not valid:
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    bad_utf8.append(line_no)
-            continue
-        _parse_line_into(raw, here, line_no, source_id, path, batches, result, bad_utf8)
-    _warn(result, path, "invalid UTF-8, read with replacement characters",
-          bad_utf8[0] if bad_utf8 else -1, len(bad_utf8))
-    _warn(result, path, "binary data (NUL bytes), skipped", bad_binary[0] if bad_binary else -1,
-          len(bad_binary))
+    def __init__(self, ident: os.stat_result, size: int):
+        self.st_dev, self.st_ino, self.st_mtime = ident.st_dev, ident.st_ino, ident.st_mtime
+        self.st_size = size
 
 
 class FileIngestor:
     """Ingests one path, across rotations: remembers the open file and its source between calls.
 
     `known_only`: only continue a source already stored (never start a new one); `tail` uses it for
-    rotated siblings (`server.log.1`), which may hold the unread end of a source but must not be
-    ingested from their start when they are old archives. With `adopt_modified_after` (epoch s),
-    a file that matches no stored source at all and was modified after that time is read from its
-    start after all: a rotated file written while followed but never read (tail was down)."""
+    rotated siblings (`server.log.1`, `server.log.2.gz`), which may hold the unread end of a source
+    but must not be ingested from their start when they are old archives. With
+    `adopt_modified_after` (epoch s), a file that matches no stored source at all and was modified
+    after that time is read from its start after all: a rotated file written while followed but
+    never read (tail was down). gzip/zstd files are read transparently (`open_log`).
+    `overlap`: scan the next chunk on a thread while the current one is inserted (one-shot ingest)."""
 
     def __init__(self, db: str | Path, path: str | Path, run_id: str | None = None,
                  chunk_bytes: int = CHUNK_BYTES, known_only: bool = False,
-                 adopt_modified_after: float | None = None):
+                 adopt_modified_after: float | None = None, overlap: bool = False):
         self.db = str(db)
         self.path = os.path.abspath(path)
         self.run_id = run_id
         self.chunk_bytes = chunk_bytes
         self.known_only = known_only
         self.adopt_modified_after = adopt_modified_after
+        self.overlap = overlap
         self._fh = None
+        self._ident: os.stat_result | None = None   # stat of the path when it was opened
+        self._compressed = False
         self._src: schema.Source | None = None
         self._attached: set[str] = set()
         self._tail_of: schema.Source | None = None   # the source _tail_bytes belongs to
@@ -350,17 +193,14 @@ class FileIngestor:
         self._src = None
 
     def _open(self):
-        try:
-            fh = open(self.path, "rb")
-        except FileNotFoundError:
-            raise IngestError(f"{self.path}: no such file") from None
-        except IsADirectoryError:
-            raise IngestError(f"{self.path}: is a directory") from None
-        except PermissionError:
-            raise IngestError(f"{self.path}: permission denied") from None
-        except OSError as exc:
-            raise IngestError(f"{self.path}: cannot open: {exc.strerror}") from None
+        fh = open_log(self.path)
+        self._ident = os.fstat(fh.fileno()) if fh.name == self.path else os.stat(self.path)
+        self._compressed = fh.name != self.path
         return fh
+
+    def _fstat(self) -> _Stat:
+        st = os.fstat(self._fh.fileno())
+        return _Stat(st if not self._compressed else self._ident, st.st_size)
 
     def poll(self) -> IngestResult:
         """Ingest everything complete that is not stored yet. Returns what was done."""
@@ -369,14 +209,15 @@ class FileIngestor:
             # A rotated-away file (renamed, or unlinked) is drained before the new one is read.
             try:
                 st = os.stat(self.path)
-                same = (st.st_dev, st.st_ino) == (os.fstat(self._fh.fileno()).st_dev,
-                                                   os.fstat(self._fh.fileno()).st_ino)
+                same = (st.st_dev, st.st_ino) == (self._ident.st_dev, self._ident.st_ino)
+                if same and self._compressed and st.st_mtime_ns != self._ident.st_mtime_ns:
+                    same = False  # rewritten in place: decompress it again
             except FileNotFoundError:
                 same = False
             if not same:
                 result.merge(self._drain())
                 self.close()
-            elif os.fstat(self._fh.fileno()).st_size < (self._src.offset_bytes if self._src else 0):
+            elif self._fstat().st_size < (self._src.offset_bytes if self._src else 0):
                 self.close()  # truncated in place (copy-truncate): a new source starts
         if self._fh is None:
             self._fh = self._open()
@@ -385,7 +226,7 @@ class FileIngestor:
         return result
 
     def _identify(self) -> schema.Source | None:
-        st = os.fstat(self._fh.fileno())
+        st = self._fstat()
         self._fh.seek(0)
         head = self._fh.read(FP_LEN)
         if b"\n" not in head and len(head) < FP_LEN:
@@ -406,6 +247,36 @@ class FileIngestor:
         """Does the open file still start with the bytes `src` fingerprinted?"""
         head = os.pread(self._fh.fileno(), src.fingerprint_len, 0)
         return _fingerprint(head) == src.fingerprint
+
+    def _read(self, src: schema.Source, offset: int, lines_done: int, end: int) -> _Chunk | None:
+        """The complete lines from `offset` (at most chunk_bytes unless one line is longer),
+        parsed; None when no complete line is there yet."""
+        fd = self._fh.fileno()
+        data = os.pread(fd, min(self.chunk_bytes, end - offset), offset)
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) < self.chunk_bytes:
+                return None
+            # One line longer than a whole chunk: read until its newline.
+            parts, at = [data], offset + len(data)
+            while cut < 0:
+                extra = os.pread(fd, self.chunk_bytes, at)
+                if not extra:
+                    return None
+                parts.append(extra)
+                at += len(extra)
+                cut = extra.rfind(b"\n")
+            data = b"".join(parts)
+            cut = data.rfind(b"\n")
+        data = data[:cut + 1]
+        # Truncated and rewritten past our offset while we read (copy-truncate)? Then `data` may
+        # be new bytes: store nothing, identify the file again next time.
+        if not self._same_head(src):
+            return _Chunk(data, Batches(), IngestResult(self.path), offset, lines_done, changed=True)
+        notes = IngestResult(self.path)
+        batches = Batches()
+        parse_chunk(data, src.source_id, self.path, offset, lines_done, batches, notes)
+        return _Chunk(data, batches, notes, offset, lines_done)
 
     def _drain(self) -> IngestResult:
         result = IngestResult(self.path)
@@ -430,71 +301,90 @@ class FileIngestor:
         # Read up to the size seen now, not "until EOF stays put": a file that grows faster than we
         # commit would otherwise keep us in back-to-back write bursts that lock readers out.
         # Later appends wait for the next poll (`tail` paces those).
-        end = os.fstat(self._fh.fileno()).st_size
-        while src.offset_bytes < end:
-            self._fh.seek(src.offset_bytes)
-            data = self._fh.read(min(self.chunk_bytes, end - src.offset_bytes))
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                if len(data) >= self.chunk_bytes:
-                    # One line longer than a whole chunk: read until its newline.
-                    more = data
-                    while cut < 0:
-                        extra = self._fh.read(self.chunk_bytes)
-                        if not extra:
-                            break
-                        more += extra
-                        cut = more.rfind(b"\n")
-                    data = more
-                    if cut < 0:
-                        return result
+        end = self._fstat().st_size
+        if src.offset_bytes >= end:
+            return result
+        pool = ThreadPoolExecutor(1) if self.overlap else None
+        try:
+            nxt = self._read(src, src.offset_bytes, src.lines_done, end)
+            while nxt is not None:
+                chunk, ahead = nxt, None
+                if pool is not None and chunk.end < end:
+                    # scan the next chunk while this one is inserted (DuckDB releases the GIL)
+                    ahead = pool.submit(self._read, src, chunk.end,
+                                        chunk.lines_done + chunk.data.count(b"\n"), end)
+                if not self._commit(src, chunk, result):
+                    if ahead is not None:
+                        ahead.cancel()
+                    return result
+                if ahead is not None:
+                    nxt = ahead.result()
+                elif chunk.end < end:
+                    nxt = self._read(src, chunk.end, src.lines_done, end)
                 else:
-                    return result
-            data = data[:cut + 1]
-            # Truncated and rewritten past our offset while we read (copy-truncate)? Then `data` may
-            # be new bytes: store nothing, identify the file again next time.
-            if not self._same_head(src):
-                self._src = None
-                return result
-            batches = _Batches()
-            parse_chunk(data, src.source_id, self.path, src.offset_bytes, src.lines_done,
-                        batches, result)
-            lines = data.count(b"\n")
-            new_offset = src.offset_bytes + len(data)
-            if src.fingerprint_len < FP_LEN:
-                self._fh.seek(0)
-                head = self._fh.read(min(FP_LEN, new_offset))
-                src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
-            # Hash what was read, not the file again: it may be truncated by now (copy-truncate),
-            # and a wrong hash would keep the copy from continuing this source.
-            tail = data[-FP_LEN:] if len(data) >= FP_LEN else (self._tail_bytes + data)[-FP_LEN:]
-            src.tail_fingerprint = _fingerprint(tail)
-            attach = self.run_id if src.source_id not in self._attached else None
-            with store.writer(self.db) as con:
-                try:
-                    result.rows += store.append_with_checkpoint(
-                        con, src, src.offset_bytes, new_offset, src.lines_done + lines,
-                        batches.all(), run_id=attach)
-                except store.CheckpointMoved:
-                    # Someone else stored this range first: re-read our position and go on.
-                    self._src = None
-                    return result
-            if attach:
-                self._attached.add(src.source_id)
-            src.offset_bytes = new_offset
-            self._tail_bytes = tail
-            src.lines_done += lines
-            result.lines += lines
-            result.bytes_read += len(data)
+                    nxt = None
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
         return result
 
+    def _commit(self, src: schema.Source, chunk: _Chunk, result: IngestResult) -> bool:
+        """Store `chunk` with the checkpoint after it; False when the file or the checkpoint
+        changed under us (nothing stored; the caller identifies the file again next time)."""
+        data = chunk.data
+        if chunk.changed or chunk.offset != src.offset_bytes:
+            self._src = None
+            return False
+        lines = data.count(b"\n")
+        new_offset = chunk.end
+        if src.fingerprint_len < FP_LEN:
+            head = os.pread(self._fh.fileno(), min(FP_LEN, new_offset), 0)
+            src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
+        # Hash what was read, not the file again: it may be truncated by now (copy-truncate),
+        # and a wrong hash would keep the copy from continuing this source.
+        tail = data[-FP_LEN:] if len(data) >= FP_LEN else (self._tail_bytes + data)[-FP_LEN:]
+        src.tail_fingerprint = _fingerprint(tail)
+        attach = self.run_id if src.source_id not in self._attached else None
+        notes = chunk.notes
+        with store.writer(self.db) as con:
+            try:
+                try:
+                    stored = store.append_with_checkpoint(
+                        con, src, src.offset_bytes, new_offset, src.lines_done + lines,
+                        chunk.batches.all(), run_id=attach)
+                except _DATA_ERRORS:
+                    # A value the store refused: store every other line, reject the offender(s).
+                    notes = IngestResult(self.path)
+                    batches = parse_chunk_checked(con, data, src.source_id, self.path,
+                                                  src.offset_bytes, src.lines_done, notes)
+                    stored = store.append_with_checkpoint(
+                        con, src, src.offset_bytes, new_offset, src.lines_done + lines,
+                        batches.all(), run_id=attach)
+            except store.CheckpointMoved:
+                # Someone else stored this range first: re-read our position and go on.
+                self._src = None
+                return False
+        result.rows += stored
+        result.rejected += notes.rejected
+        result.warnings.extend(notes.warnings)
+        if attach:
+            self._attached.add(src.source_id)
+        src.offset_bytes = new_offset
+        self._tail_bytes = tail
+        src.lines_done += lines
+        result.lines += lines
+        result.bytes_read += len(data)
+        return True
 
-def ensure_run(db: str | Path, run_id: str, **fields) -> None:
+
+def ensure_run(db: str | Path, run_id: str, **fields) -> bool:
+    """Create the run unless it exists; True when it was created."""
     with store.writer(db) as con:
         existing = con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if existing is None:
             store.upsert_run(con, {"run_id": run_id, "run_name": run_id, "origin": "ingest",
                                    "status": "ok", **fields})
+        return existing is None
 
 
 def expand_paths(paths: list[str]) -> tuple[list[tuple[Path, str]], list[str]]:
@@ -514,15 +404,37 @@ def expand_paths(paths: list[str]) -> tuple[list[tuple[Path, str]], list[str]]:
     return out, problems
 
 
+def _forget_unrecognised(db: str | Path, run_id: str, source_id: str, created_run: bool) -> bool:
+    """If the source holds no stored line at all, detach it (and drop the run this call created
+    for it) and forget it; True when it was unrecognised."""
+    with store.writer(db) as con:
+        for t in _LINE_TABLES:
+            if con.execute(f"SELECT 1 FROM {t} WHERE source_id = ? LIMIT 1",
+                           [source_id]).fetchone():
+                return False
+        con.execute("BEGIN")
+        con.execute("DELETE FROM run_sources WHERE run_id = ? AND source_id = ?", [run_id, source_id])
+        if not con.execute("SELECT 1 FROM run_sources WHERE source_id = ? LIMIT 1",
+                           [source_id]).fetchone():
+            con.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
+        if created_run and not con.execute("SELECT 1 FROM run_sources WHERE run_id = ? LIMIT 1",
+                                           [run_id]).fetchone():
+            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+        con.execute("COMMIT")
+    return True
+
+
 def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> list[IngestResult]:
-    """One-shot ingest of files and directories; each file becomes (or joins) a run."""
+    """One-shot ingest of files and directories; each file becomes (or joins) a run. A file with
+    no line specwatch stores (a README, a TOML, a binary) is reported, joins no run, and creates
+    no empty one (`IngestResult.unrecognised`)."""
     files, problems = expand_paths(paths)
     results = [IngestResult(p, warnings=[p]) for p in problems]
     for path, default_run in files:
         run_id = run or default_run
         try:
-            ensure_run(db, run_id)
-            ing = FileIngestor(db, path, run_id, chunk_bytes=BULK_CHUNK_BYTES)
+            created = ensure_run(db, run_id)
+            ing = FileIngestor(db, path, run_id, chunk_bytes=BULK_CHUNK_BYTES, overlap=True)
             try:
                 res = ing.poll()
                 if ing._src is not None and run_id not in ing._attached:
@@ -530,7 +442,20 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
                         store.attach_source(con, run_id, ing._src.source_id)
             finally:
                 ing.close()
+            if res.rows == 0 and res.rejected == 0 and (
+                    res.source_id is None or _forget_unrecognised(db, run_id, res.source_id, created)):
+                if res.source_id is None and created:
+                    _forget_run_if_empty(db, run_id)
+                res.unrecognised, res.source_id = True, None
+                res.warnings.append(f"no SGLang or vLLM metric or config lines in {path}; "
+                                    "is this a server log?")
         except IngestError as exc:
             res = IngestResult(str(path), warnings=[str(exc)])
         results.append(res)
     return results
+
+
+def _forget_run_if_empty(db: str | Path, run_id: str) -> None:
+    with store.writer(db) as con:
+        if not con.execute("SELECT 1 FROM run_sources WHERE run_id = ? LIMIT 1", [run_id]).fetchone():
+            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])

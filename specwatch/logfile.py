@@ -1,0 +1,80 @@
+"""Open a log file for reading, whether plain or compressed by logrotate (gzip, zstd).
+
+A compressed file (`server.log.1.gz`, `server.log.2.zst`) is recognised by its magic bytes, not its
+name, and read through an anonymous scratch file holding the decompressed text, so callers get a
+seekable file with a descriptor (pread, fstat) either way. Offsets are offsets in the text.
+
+Not for: deciding which files are rotated siblings (see `tail`), or identifying sources (`ingest`).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+
+class IngestError(RuntimeError):
+    """A file could not be read at all (missing, unreadable, a directory given as a file, ...)."""
+
+
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def compression(path: str | os.PathLike) -> str | None:
+    """"gzip" or "zstd" when the file starts with that format's magic bytes, else None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return None
+    for magic, name in _MAGIC.items():
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def open_log(path: str | os.PathLike):
+    """A binary, seekable file object with the log's text: the file itself, or for a gzip/zstd
+    file (`server.log.1.gz`) an anonymous scratch file holding its decompressed bytes. Raises
+    IngestError naming the file when it cannot be read or decompressed."""
+    path = str(path)
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise IngestError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise IngestError(f"{path}: is a directory") from None
+    except PermissionError:
+        raise IngestError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot open: {exc.strerror}") from None
+    head = fh.read(4)
+    fh.seek(0)
+    kind = next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+    if kind is None:
+        return fh
+    out = tempfile.TemporaryFile(prefix="specwatch-")
+    try:
+        with fh:
+            if kind == "gzip":
+                import gzip
+                src = gzip.GzipFile(fileobj=fh)
+            else:
+                try:
+                    import zstandard
+                except ImportError:
+                    raise IngestError(f"{path}: zstd-compressed; install the `zstandard` package "
+                                      "to read it") from None
+                src = zstandard.ZstdDecompressor().stream_reader(fh)
+            shutil.copyfileobj(src, out, 1 << 20)
+    except IngestError:
+        out.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - gzip: OSError/EOFError; zstandard.ZstdError: Exception
+        out.close()
+        raise IngestError(f"{path}: cannot decompress ({kind}): {exc}; a file still being "
+                          "compressed is read once it is complete") from None
+    out.seek(0)
+    return out
+
+

@@ -1,0 +1,348 @@
+"""Turn a chunk of complete log lines into typed table rows, ready for `store`.
+
+This is the stage between `parse` (one line -> one record, the definition) and `store` (rows in,
+exactly once): it maps records to the schema's columns, range-checks every value against its
+column (an INTEGER past 2**31, a non-finite float, JSON that cannot be written) and turns a line
+that the store could not hold into a `rejected_lines` row with the reason, so one bad line never
+blocks the lines around it. With the C accelerator built (`fastscan`), canonical SGLang
+decode/prefill lines skip the per-line Python work; both paths give identical rows.
+
+Not for: reading files or checkpoints (see `ingest`), knowing any line format (see `parse`).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+
+from specwatch import fastscan, parse, schema, store
+
+MAX_LINE_TEXT = 2000       # characters of a rejected line kept in rejected_lines
+
+# Cheap byte-level prefilter: a line without one of these cannot be a stored record.
+_ANCHORS = (b" batch", b"server_args=", b"metrics: ", b"Avg prompt throughput:",
+            parse.READY_TEXT.encode(), *(t.encode() for t, _ in parse.EVENT_TEXTS))
+
+_INT_RANGE = {"INTEGER": (-(2 ** 31), 2 ** 31 - 1), "BIGINT": (-(2 ** 63), 2 ** 63 - 1)}
+
+
+def _checks(table: str) -> list[tuple[str, str]]:
+    return [(name, sql.split()[0]) for name, sql in schema.columns(schema.TABLES[table])
+            if sql.split()[0] in ("INTEGER", "BIGINT", "DOUBLE", "DOUBLE[]", "INTEGER[]")]
+
+
+_CHECKS = {t: _checks(t) for t in schema.TABLES}
+
+
+def row_problem(table: str, row: dict) -> tuple[str, str] | None:
+    """(column, reason) for the first value that its column cannot hold faithfully, or None."""
+    for col, typ in _CHECKS[table]:
+        v = row.get(col)
+        if v is None:
+            continue
+        for x in (v if isinstance(v, list) else (v,)):
+            if x is None or isinstance(x, bool):
+                continue
+            if typ in ("INTEGER", "BIGINT", "INTEGER[]"):
+                lo, hi = _INT_RANGE[typ.rstrip("[]")]
+                if isinstance(x, int) and not lo <= x <= hi:
+                    return col, f"{col}={x}: out of range for {typ.rstrip('[]')} ({lo}..{hi})"
+            elif isinstance(x, float) and not math.isfinite(x):
+                return col, f"{col}={x}: not a finite number"
+    return None
+
+
+def _dumps(value) -> str:
+    """store.dumps, refusing what valid JSON cannot hold (inf, nan) instead of writing it."""
+    return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+
+
+class Batches:
+    """Column lists (Python path) and Arrow tables (fast path) per table, filled chunk by chunk."""
+
+    def __init__(self):
+        self.tables: dict[str, dict[str, list]] = {}
+        self.arrow: dict[str, list] = {}
+
+    def all(self) -> dict[str, list]:
+        """{table: [column lists and/or Arrow tables]} for store.insert."""
+        out = {t: [c] for t, c in self.tables.items()}
+        for t, tbls in self.arrow.items():
+            out.setdefault(t, []).extend(tbls)
+        return out
+
+    def add_arrow(self, table: str, tbl) -> None:
+        self.arrow.setdefault(table, []).append(tbl)
+
+    def add(self, table: str, row: dict) -> None:
+        cols = self.tables.get(table)
+        if cols is None:
+            cols = self.tables[table] = {c: [] for c in schema.column_names(table)}
+        for c, lst in cols.items():
+            lst.append(row.get(c))
+
+    def rows(self, table: str) -> list[dict]:
+        cols = self.tables.get(table, {})
+        names = list(cols)
+        return [dict(zip(names, vals)) for vals in zip(*cols.values())]
+
+
+_ts_cache: dict[str, dt.datetime | None] = {}
+
+
+def _ts(text: str | None) -> dt.datetime | None:
+    if text is None:
+        return None
+    v = _ts_cache.get(text, False)
+    if v is False:
+        try:
+            v = dt.datetime.fromisoformat(text)
+        except ValueError:
+            v = None  # vLLM prints no year: keep ts_text only
+        if len(_ts_cache) > 100_000:
+            _ts_cache.clear()
+        _ts_cache[text] = v
+    return v
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+_COLS = {kind: fmt for kind, fmt in parse.FORMATS.lines.items()}
+
+
+def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> tuple[str, dict]:
+    """(table, row) for one parsed record. Raises ValueError when a JSON column cannot hold a
+    value (a non-finite float)."""
+    row = {"source_id": source_id, "byte_offset": offset, "line_no": line_no}
+    f = rec.fields
+    if rec.kind in ("sglang_decode", "sglang_prefill"):
+        row.update(ts=_ts(rec.timestamp), ts_text=rec.timestamp, rank=rec.rank,
+                   forward_iter=f.get("forward_iter"), **rec.ranks)
+    elif rec.kind.startswith("vllm_"):
+        row.update(ts_text=rec.timestamp, process=rec.process, engine=f.get("engine"))
+    if rec.kind in _COLS:
+        for key, value in f.items():
+            col = _COLS[rec.kind].by_key.get(key)
+            if col is None or value is None or isinstance(value, str) and col.type != "str":
+                continue
+            if col.type == "pct" and not isinstance(value, parse.Pct):
+                value = value * 100.0  # vLLM V0 prints the acceptance rate as a fraction
+            row[col.column] = value
+            if col.column == "graph_enabled":
+                row["graph_device"] = key.split("_")[0]
+        # `fields` keeps what no typed column holds, so typed columns + fields = the whole line
+        extra = {k: v for k, v in f.items()
+                 if k not in _COLS[rec.kind].by_key and k not in ("forward_iter", "engine")}
+        row["fields"] = _dumps(extra) if extra else None
+        return schema.KIND_TABLE[rec.kind], row
+    if rec.kind == "server_args":
+        row.update(
+            ts=_ts(rec.timestamp),
+            form=rec.form,
+            model_path=f.get("model_path"),
+            draft_model_path=f.get("speculative_draft_model_path"),
+            speculative_algorithm=f.get("speculative_algorithm") or None,
+            speculative_num_steps=_int(f.get("speculative_num_steps")),
+            speculative_eagle_topk=_int(f.get("speculative_eagle_topk")),
+            speculative_num_draft_tokens=_int(f.get("speculative_num_draft_tokens")),
+            tp_size=_int(f.get("tp_size")), dp_size=_int(f.get("dp_size")),
+            ep_size=_int(f.get("ep_size", f.get("moe_ep_size"))), pp_size=_int(f.get("pp_size")),
+            decode_log_interval=_int(f.get("decode_log_interval")),
+            disable_cuda_graph=f.get("disable_cuda_graph") if isinstance(
+                f.get("disable_cuda_graph"), bool) else None,
+            sglang_version=str(f.get("version", f.get("sglang_version")))
+            if f.get("version", f.get("sglang_version")) is not None else None,
+            args=_dumps(f))
+        return "server_configs", row
+    row.update(ts=_ts(rec.timestamp), kind=rec.kind, message=f.get("message"))
+    return "events", row
+
+
+def parse_raw(raw: bytes) -> tuple[str, parse.Record | parse.Rejected | None, bool]:
+    """(text, parse result, valid UTF-8) for one line's bytes; invalid UTF-8 is read with
+    replacement characters and still parsed."""
+    try:
+        text, valid = raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, valid = raw.decode("utf-8", errors="replace"), False
+    return text, parse.parse_line(text), valid
+
+
+def rejected_row(source_id: str, path: str, offset: int, line_no: int, kind: str, reason: str,
+                 field: str | None, text: str) -> dict:
+    return {"source_id": source_id, "byte_offset": offset, "line_no": line_no, "path": path,
+            "kind": kind, "reason": reason, "field": field, "line_text": text[:MAX_LINE_TEXT]}
+
+
+def line_rows(raw: bytes, here: int, line_no: int, source_id: str, path: str
+              ) -> tuple[str, dict, bool] | None:
+    """(table, row, valid UTF-8) for one line through the Python definition, or None for noise.
+    A line that breaks the parser or that the store cannot hold becomes a rejected_lines row."""
+    try:
+        text, got, valid = parse_raw(raw)
+    except (RecursionError, MemoryError, ValueError, TypeError, OverflowError) as exc:
+        text, valid = raw.decode("utf-8", errors="replace"), True
+        got = parse.Rejected("unknown", f"the parser failed on this line ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})")
+    if got is None:
+        return None
+    if isinstance(got, parse.Record):
+        try:
+            table, row = record_row(got, source_id, here, line_no)
+            problem = row_problem(table, row)
+        except (ValueError, OverflowError) as exc:
+            problem = (None, f"a value cannot be stored: {exc}")
+        if problem is None:
+            return table, row, valid
+        got = parse.Rejected(got.kind, problem[1], problem[0])
+    return "rejected_lines", rejected_row(source_id, path, here, line_no, got.kind, got.reason,
+                                          got.field, text), valid
+
+
+def _warn(result, path: str, what: str, first: int, n: int) -> None:
+    if n:
+        more = f" ({n} lines like this)" if n > 1 else ""
+        result.warnings.append(f"{path}:{first}: {what}{more}; is this a log file?")
+
+
+def fast_table(table: str, cols: dict[str, pa.Array], n: int, source_id: str) -> pa.Table:
+    """An Arrow table in schema order from the scanner's typed arrays (absent columns NULL)."""
+    arrays, names = [], []
+    for name, sql in schema.columns(schema.TABLES[table]):
+        typ = store._ARROW[sql.split()[0]]
+        if name == "source_id":
+            arr = pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([source_id]))
+        elif name in cols:
+            arr = cols[name] if cols[name].type == typ else cols[name].cast(typ)
+        else:
+            arr = pa.nulls(n, type=typ)
+        arrays.append(arr)
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start_line: int,
+                batches: Batches, result, fast: bool | None = None) -> None:
+    """Parse complete lines in `data` (which ends with a newline) into `batches`; counts rejected
+    lines and adds warnings to `result`.
+
+    With the C accelerator (`fast`, default: when built), canonical SGLang decode/prefill lines are
+    extracted in bulk and only the other anchored lines go through `parse`; without it, `parse`
+    sees every anchored line. Both store identical rows (tests/test_fastscan.py, test_fuzz.py)."""
+    bad_utf8: list[int] = []
+    if fast if fast is not None else fastscan.available():
+        sr = fastscan.scan(data, start_offset, start_line)
+        for table, cols in (("decode_windows", sr.decode), ("prefill_windows", sr.prefill)):
+            n = len(cols["byte_offset"])
+            if n:
+                batches.add_arrow(table, fast_table(table, cols, n, source_id))
+        for rel, line_no in sr.slow_lines.tolist():
+            end = data.index(b"\n", rel)
+            got = line_rows(data[rel:end], start_offset + rel, line_no, source_id, path)
+            if got is not None:
+                batches.add(got[0], got[1])
+                result.rejected += got[0] == "rejected_lines"
+        _warn(result, path, "invalid UTF-8, read with replacement characters", sr.first_bad_utf8,
+              sr.n_bad_utf8)
+        _warn(result, path, "binary data (NUL bytes), skipped", sr.first_binary, sr.n_binary)
+        return
+    try:
+        data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    binary = b"\x00" in data
+    offset = start_offset
+    line_no = start_line
+    bad_binary: list[int] = []
+    for raw in data.split(b"\n")[:-1]:
+        line_no += 1
+        here = offset
+        offset += len(raw) + 1
+        if binary and b"\x00" in raw:
+            bad_binary.append(line_no)
+            continue
+        for a in _ANCHORS:
+            if a in raw:
+                break
+        else:
+            if not valid:
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    bad_utf8.append(line_no)
+            continue
+        got = line_rows(raw, here, line_no, source_id, path)
+        if got is None:
+            continue
+        table, row, ok_utf8 = got
+        if not ok_utf8:
+            bad_utf8.append(line_no)
+        batches.add(table, row)
+        result.rejected += table == "rejected_lines"
+    _warn(result, path, "invalid UTF-8, read with replacement characters",
+          bad_utf8[0] if bad_utf8 else -1, len(bad_utf8))
+    _warn(result, path, "binary data (NUL bytes), skipped", bad_binary[0] if bad_binary else -1,
+          len(bad_binary))
+
+
+def _isolate(rows: list[dict], ok) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """Split `rows` into those `ok(rows)` accepts and (row, error) for the rest, by bisection:
+    a few bad rows among many cost O(bad * log n) checks."""
+    try:
+        ok(rows)
+        return rows, []
+    except Exception as exc:  # noqa: BLE001 - whatever the store refuses, the row is the cause
+        if len(rows) == 1:
+            return [], [(rows[0], f"{type(exc).__name__}: {str(exc)[:300]}")]
+    mid = len(rows) // 2
+    a_ok, a_bad = _isolate(rows[:mid], ok)
+    b_ok, b_bad = _isolate(rows[mid:], ok)
+    return a_ok + b_ok, a_bad + b_bad
+
+
+def parse_chunk_checked(con, data: bytes, source_id: str, path: str, start_offset: int,
+                        start_line: int, result) -> Batches:
+    """The fallback when a chunk's batch insert failed: parse every line through the Python
+    definition and try each table's rows against Arrow and the store (a scratch copy of the table
+    in `con`), sending each row that cannot be stored to rejected_lines with the error."""
+    first = Batches()
+    parse_chunk(data, source_id, path, start_offset, start_line, first, result, fast=False)
+    out = Batches()
+    kinds = {v: k for k, v in schema.KIND_TABLE.items()}
+    for table in list(first.tables):
+        rows = first.rows(table)
+        if table == "rejected_lines":
+            for r in rows:
+                out.add(table, r)
+            continue
+        scratch = f"_specwatch_check_{table}"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {scratch} AS SELECT * FROM {table} LIMIT 0")
+
+        def ok(subset, table=table, scratch=scratch):
+            tbl = store.arrow_table(table, {c: [r.get(c) for r in subset]
+                                            for c in schema.column_names(table)})
+            con.register("_specwatch_check", tbl)
+            try:
+                con.execute(f"INSERT INTO {scratch} SELECT * FROM _specwatch_check")
+            finally:
+                con.unregister("_specwatch_check")
+                con.execute(f"DELETE FROM {scratch}")
+
+        good, bad = _isolate(rows, ok)
+        con.execute(f"DROP TABLE {scratch}")
+        for r in good:
+            out.add(table, r)
+        for r, err in bad:
+            rel = r["byte_offset"] - start_offset
+            text = data[rel:data.index(b"\n", rel)].decode("utf-8", errors="replace")
+            out.add("rejected_lines", rejected_row(
+                source_id, path, r["byte_offset"], r["line_no"],
+                kinds.get(table, table), f"the store refused this line: {err}", None, text))
+            result.rejected += 1
+    return out

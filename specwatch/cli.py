@@ -308,6 +308,7 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
                                             force=force, executor=executor,
                                             ray_address=ray_address, attach=attach)
         res = query.report(db, sweep=spec.name)
+        rep = query.stats_report(db, sweep=spec.name)
         failed = sweep.failed_configs(db, spec)
     except (sweep.SweepError, store.StoreError, query.QueryError) as exc:
         raise click.ClickException(str(exc))
@@ -318,15 +319,15 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
             "up_to_date": result.up_to_date,
             "skipped": [dataclasses.asdict(s) for s in result.skipped],
             "report": [dict(zip(res.columns, r)) for r in res.rows],
+            # per (config, concurrency) over repeats, with intervals and verdicts (views.py)
+            "stats": {k: v for k, v in rep.payload().items() if k != "runs"},
         }
         json.dump(payload, sys.stdout, default=str, indent=1)
         sys.stdout.write("\n")
     else:
-        keep = [i for i, col in enumerate(res.columns)
-                if any(r[i] is not None for r in res.rows) and col not in (
-                    "sweep_name", "model_path", "baseline_run_id", "dp_size")]
-        render([res.columns[i] for i in keep], [tuple(r[i] for i in keep) for r in res.rows],
-               "table")
+        from specwatch import tables
+
+        tables.print_report(rep)
         if failed:
             click.echo(f"failed configs (see failure_reason in runs; re-run to retry): "
                        f"{', '.join(failed)}", err=True)

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specwatch import launch, load
+from specwatch import launch, load, sampling
 from specwatch.sweepfile import Config, Sweep
 
 
@@ -138,6 +138,8 @@ def config_columns(sweep: Sweep, c: Config, aux_ids) -> dict:
         "speculative_num_draft_tokens": c.speculative_num_draft_tokens, "tp_size": c.tp_size,
         "aux_layer_ids": json.dumps(list(aux_ids)) if aux_ids is not None else None,
         "server_flags": json.dumps(list(c.server_flags)),
+        # what decides the generated tokens: a speedup is only computed between equal ones
+        "sampling_fingerprint": sampling.sampling_fingerprint(sweep.workload),
     }
 
 

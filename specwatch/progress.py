@@ -1,4 +1,6 @@
-"""Sweep progress on stderr: bars redrawn in place on a terminal, plain lines otherwise.
+"""Sweep progress on stderr: on a terminal a `rich` progress display (a bar over all runs, and a
+spinner or request bar per config that is running) with the event lines printed above it; when
+not a terminal, plain lines only (one per event, nothing redrawn).
 
 `sweep` calls these hooks from its worker threads; a test may subclass it to act at a given
 moment (e.g. kill a server at the first request). Not here: anything that measures.
@@ -8,9 +10,14 @@ from __future__ import annotations
 import sys
 import threading
 
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn)
+from rich.progress import Progress as RichProgress
+
 
 class Progress:
-    """Progress on stderr: bars redrawn in place on a terminal, plain lines otherwise."""
+    """Progress on stderr: a live display on a terminal, plain lines otherwise."""
 
     def __init__(self, stream=None, tty: bool | None = None):
         self.stream = stream or sys.stderr
@@ -18,69 +25,83 @@ class Progress:
         self.lock = threading.RLock()   # re-entrant: the SIGINT handler prints too
         self.total_runs = 0
         self.runs_done = 0
-        self.current: dict[str, list] = {}     # config -> [requests done, total, label]
+        self._live: RichProgress | None = None
+        self._runs_task = None
+        self._tasks: dict[str, int] = {}   # config -> its task in the live display
+
+    # ---------------------------------------------------------------------------- output
 
     def _line(self, text: str) -> None:
         with self.lock:
-            if self.tty:
-                self.stream.write("\r\033[K" + text + "\n")
-                self._draw()
+            if self._live is not None:
+                self._live.console.print(text, markup=False, highlight=False, soft_wrap=True)
             else:
                 self.stream.write(text + "\n")
-            self.stream.flush()
-
-    @staticmethod
-    def _bar(done: int, total: int, width: int = 20) -> str:
-        n = int(width * done / total) if total else width
-        return "[" + "#" * n + "." * (width - n) + f"] {done}/{total}"
-
-    def _draw(self) -> None:
-        parts = ["runs " + self._bar(self.runs_done, self.total_runs)]
-        for name, (d, t, label) in self.current.items():
-            parts.append(f"{name} {label}" + (" " + self._bar(d, t, 10) if t else ""))
-        self.stream.write("\r\033[K" + "  ".join(parts)[:200])
-
-    def _redraw(self) -> None:
-        if self.tty:
-            with self.lock:
-                self._draw()
                 self.stream.flush()
+
+    def _start_live(self) -> None:
+        if not self.tty or self._live is not None:
+            return
+        console = Console(file=self.stream, force_terminal=True, highlight=False)
+        self._live = RichProgress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                  transient=True)
+        self._live.start()
+        self._runs_task = self._live.add_task("runs", total=self.total_runs or None)
+
+    def _update(self, name: str, **kw) -> None:
+        with self.lock:
+            if self._live is not None and name in self._tasks:
+                self._live.update(self._tasks[name], refresh=True, **kw)
+
+    # ---------------------------------------------------------------------------- hooks
 
     def sweep_start(self, name: str, runs: int, configs: int, up_to_date: list[str]) -> None:
         self.total_runs = runs
+        with self.lock:
+            self._start_live()
         msg = f"sweep {name}: {configs} configs, {runs} runs to measure"
         if up_to_date:
             msg += f"; already measured (use --force to redo): {', '.join(up_to_date)}"
         self._line(msg)
 
     def config_start(self, name: str, runs: int) -> None:
-        self.current[name] = [0, 0, "starting"]
+        with self.lock:
+            if self._live is not None:
+                self._tasks[name] = self._live.add_task(f"{name} starting", total=None)
         self._line(f"{name}: launching ({runs} runs)")
 
     def note(self, name: str, text: str) -> None:
         self._line(f"{name}: {text}")
 
     def run_start(self, name: str, concurrency: int, repeat: int, n: int) -> None:
-        self.current[name] = [0, n, f"c={concurrency} r={repeat}"]
-        self._redraw()
+        self._update(name, description=f"{name} c={concurrency} r={repeat}", total=n,
+                     completed=0)
 
     def request_done(self, name: str, ok: bool) -> None:
         with self.lock:
-            if name in self.current:
-                self.current[name][0] += 1
-        if self.tty:
-            self._redraw()
+            if self._live is not None and name in self._tasks:
+                self._live.advance(self._tasks[name])
+
+    def _runs_advance(self, n: int) -> None:
+        with self.lock:
+            self.runs_done += n
+            if self._live is not None and n:
+                self._live.update(self._runs_task, completed=self.runs_done)
 
     def run_end(self, name: str, r) -> None:
-        self.runs_done += 1
+        self._runs_advance(1)
         tput = f", {r.output_tok_s:.1f} tok/s" if r.output_tok_s else ""
         why = f" ({r.failure_reason})" if r.failure_reason else ""
         self._line(f"{name}: c={r.concurrency} r={r.repeat_idx} {r.status}: {r.requests_ok} ok, "
                    f"{r.requests_failed} failed{tput} in {r.load_s:.1f} s{why}")
 
     def config_end(self, name: str, out) -> None:
-        self.current.pop(name, None)
-        self.runs_done += sum(1 for r in out.runs if r.load_s == 0)
+        with self.lock:
+            task = self._tasks.pop(name, None)
+            if self._live is not None and task is not None:
+                self._live.remove_task(task)
+        self._runs_advance(sum(1 for r in out.runs if r.load_s == 0))
         msg = f"{name}: {out.status}"
         if out.failure_reason:
             msg += f" ({out.failure_reason})"
@@ -89,7 +110,7 @@ class Progress:
         self._line(msg + f"; {out.total_s:.1f} s total, overhead {out.overhead_s:.2f} s")
 
     def sweep_end(self) -> None:
-        if self.tty:
-            with self.lock:
-                self.stream.write("\r\033[K")
-                self.stream.flush()
+        with self.lock:
+            if self._live is not None:
+                self._live.stop()
+                self._live = None

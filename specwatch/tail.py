@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from specwatch import ingest, store
+from specwatch import alerts, ingest, store
 
 log = logging.getLogger(__name__)
 
@@ -220,13 +220,19 @@ class _DropMessage(logging.Filter):
 
 def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interval_s: float = 0.25,
            stop: threading.Event | None = None,
-           on_ingest: Callable[[ingest.IngestResult], None] | None = None) -> None:
+           on_ingest: Callable[[ingest.IngestResult], None] | None = None,
+           rules: alerts.Rules | None = None, board: alerts.Board | None = None) -> None:
     """Follow `paths` and ingest new complete lines into `db` until SIGINT/SIGTERM (when called from
     the main thread) or until `stop` is set; then drain once more and return.
 
     Each file's lines belong to run `run` (default: the file's name), created if missing; every
     source read under a followed path, including its rotated siblings, is attached to that run.
-    `on_ingest(result)` is called after each poll of a file that stored lines.
+    `on_ingest(result)` is called after each poll of a file that stored lines. With `rules` (or a
+    `board`), the stored decode windows are judged by `alerts` rules: warnings go to the `alerts`
+    table and, with a `board`, to the terminal with a status line per file.
+
+    A database that is locked past the writers' wait, or on a full disk, is retried at the next
+    wake-up (the log keeps the lines); a corrupt one ends the tail with its message.
     """
     db = str(db)
     if not paths:
@@ -234,6 +240,13 @@ def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interv
     for p in paths:
         if os.path.isdir(p):
             raise TailError(f"{p}: is a directory; tail follows files (give the log file's path)")
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            continue   # not there yet: waited for
+        if not stat.S_ISREG(mode):
+            raise TailError(f"{p}: not a regular file (a FIFO, socket or device); tail follows "
+                            "log files, and reading a pipe would wait forever")
     stop = stop or threading.Event()
     wake = threading.Event()
     followers = [_Follower(db, p, run or Path(p).name) for p in paths]
@@ -243,6 +256,12 @@ def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interv
         since[run_id] = _following_since(db, run_id)
     for f in followers:
         f.adopt_after = since[f.run_id]
+    monitor = None
+    if rules is not None or board is not None:
+        monitor = alerts.Monitor(db, [(f.path, f.run_id) for f in followers], rules,
+                                 on_alert=board.alert if board else None,
+                                 on_status=board.status if board else None)
+        monitor.update()   # history: rules get their state, nothing old fires again
 
     restore = {}
     if threading.current_thread() is threading.main_thread():
@@ -253,7 +272,7 @@ def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interv
             restore[sig] = signal.signal(sig, on_signal)
 
     watch = _Watch(followers, wake)
-    locked_since = None
+    locked_since = last_error = None
     try:
         next_write_at = 0.0
         while True:
@@ -267,23 +286,33 @@ def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interv
             started = time.monotonic()
             try:
                 wrote = _poll_all(followers, on_ingest)
-            except store.StoreError as exc:
-                # Readers held the file past the writer's wait: the log keeps the lines for later.
-                if locked_since is None:
-                    locked_since = time.monotonic()
+                if wrote and monitor is not None:
+                    monitor.update()
+            except (store.StoreLocked, store.StoreFull) as exc:
+                # Held past the writer's wait, or no space: the log keeps the lines for later.
+                if locked_since is None or str(exc) != last_error:
+                    locked_since = locked_since or time.monotonic()
                     log.warning("specwatch tail: %s; will retry", exc)
+                last_error = str(exc)
                 wrote = False
             else:
                 if locked_since is not None:
                     log.warning("specwatch tail: database writable again after %.1f s",
                                 time.monotonic() - locked_since)
-                    locked_since = None
+                    locked_since = last_error = None
             if wrote:
                 ended = time.monotonic()
                 next_write_at = ended + max(MIN_WRITE_GAP_S, BURST_DUTY_FACTOR * (ended - started))
             wake.wait(poll_interval_s)
+            if board is not None:
+                board.tick()
         # Final drain: whatever was complete when we were asked to stop gets stored.
-        _poll_all(followers, on_ingest)
+        try:
+            if _poll_all(followers, on_ingest) and monitor is not None:
+                monitor.update()
+        except (store.StoreLocked, store.StoreFull) as exc:
+            log.warning("specwatch tail: %s; stopping with the rest unstored (the next tail or "
+                        "ingest continues from the last checkpoint)", exc)
     finally:
         watch.stop()
         for f in followers:

@@ -12,6 +12,9 @@ with code -9" hides e.g. a scheduler's `torch.OutOfMemoryError`. The cause is, i
 3. a known fatal line without a traceback: CUDA out of memory, an NCCL error, SGLang's
    `Initialization failed. warmup error: ...`, the built-in engine's load or listen errors.
 
+`decode_lines(path, lo, hi)` counts SGLang decode-window lines in a byte range of a log (a run
+whose longest request took more decode steps than --decode-log-interval must have one).
+
 Not here: ingesting the log (see `ingest`), deciding a run's status (see `measure`).
 """
 from __future__ import annotations
@@ -92,3 +95,28 @@ def failure_cause(log_path: str | Path) -> str | None:
             if m:
                 return _short(m.group(0))
     return None
+
+
+DECODE_MARK = b"Decode batch"   # every SGLang decode-window line (LOG_FORMATS), the built-in's too
+
+
+def decode_lines(path: str | Path, lo: int | None, hi: int | None) -> int:
+    """How many decode-window lines the log holds in bytes [lo, hi)."""
+    if lo is None or hi is None or hi <= lo:
+        return 0
+    n, carry = 0, b""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(lo)
+            left = hi - lo
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                data = carry + chunk
+                n += data.count(DECODE_MARK)
+                carry = data[-(len(DECODE_MARK) - 1):]   # too short to hold a whole mark
+    except OSError:
+        return 0
+    return n

@@ -18,15 +18,12 @@ Not here: reading the log (see `tail`/`ingest`), sending load (see `load`). It p
 """
 from __future__ import annotations
 
-import errno
 import http.client
 import json
 import os
-import random
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,7 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specwatch import procs
-from specwatch.failure import failure_cause  # noqa: F401 (part of this module's interface)
+from specwatch.ports import (  # noqa: F401 (part of this module's interface)
+    PORT_HIGH, PORT_LOW, SIDE_OFFSETS, block_free, ephemeral_range, free_port, port_free,
+    side_ports)
+from specwatch.failure import decode_lines, failure_cause  # noqa: F401 (this module's interface)
 from specwatch.procs import listener_owned, reap_stale  # noqa: F401 (same)
 
 if TYPE_CHECKING:
@@ -220,69 +220,6 @@ def draft_with_aux(c: Config, run_dir: Path) -> str:
     return str(dst)
 
 
-def port_free(port: int, host: str = HOST) -> bool:
-    """Can a server listen on this port now? (SO_REUSEADDR: TIME_WAIT leftovers do not count.)"""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        s.bind((host, port))
-        return True
-    except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            return False
-        raise
-    finally:
-        s.close()
-
-
-# SGLang's ports beside --port (0.5.23 server_args.py PortArgs.init_new and
-# data_parallel_controller.py): with DP attention dist_init_port = port + ZMQ_TCP_PORT_DELTA (233)
-# and port_base = dist_init_port + 1, whose +0..+5 are the tokenizer, detokenizer, rpc, metrics,
-# scheduler-input and load-collector ports (port+233..+239); the DP handshake uses
-# port + DP_ATTENTION_HANDSHAKE_PORT_DELTA (13); SMG's gRPC mode puts a sidecar on port + 1. Its
-# NCCL port is picked by SGLang itself in 22000..29999 below the ephemeral range
-# (utils/network.py get_free_port_below_ephemeral), so ours stay below 22000.
-SIDE_OFFSETS = (1, 13) + tuple(range(233, 240))
-PORT_LOW, PORT_HIGH = 10000, 21999 - 239
-
-
-def side_ports(port: int) -> set[int]:
-    """`port` and the ports SGLang derives from it."""
-    return {port} | {port + d for d in SIDE_OFFSETS if port + d <= 65535}
-
-
-def ephemeral_range() -> tuple[int, int]:
-    """The kernel's ephemeral port range (bind(0) and connect() pick from it)."""
-    try:
-        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
-        return int(lo), int(hi)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def block_free(port: int, host: str = HOST) -> bool:
-    """Are `port` and all of its SGLang side ports free now?"""
-    return all(port_free(p, host) for p in side_ports(port))
-
-
-def free_port(avoid: set[int] = frozenset(), host: str = HOST) -> int:
-    """A port for a server, like SGLang picks the ports it binds late: outside the kernel's
-    ephemeral range (so no client socket takes it before the server binds), with it and its
-    SGLang side ports (`side_ports`) free now and apart from every port in `avoid` and their
-    side ports (configs running in parallel)."""
-    taken = set().union(*(side_ports(a) for a in avoid)) if avoid else set()
-    lo_e, hi_e = ephemeral_range()
-    candidates = [p for p in range(PORT_LOW, PORT_HIGH + 1) if not lo_e <= p <= hi_e]
-    if not candidates:              # the whole range is ephemeral: any port will do
-        candidates = list(range(1024, 65535 - 240))
-    for port in random.sample(candidates, min(200, len(candidates))):
-        block = side_ports(port)
-        if not block & taken and block_free(port, host):
-            return port
-    raise LaunchFailed(f"could not find a free port in {PORT_LOW}..{PORT_HIGH} (with SGLang's "
-                       "side ports); free some, or set `port` in the sweep file")
-
-
 def log_tail(path: str | Path, max_lines: int = 40, max_bytes: int = 16384) -> str:
     """The last lines of a log file (for failure rows)."""
     try:
@@ -304,6 +241,20 @@ _alive = procs.alive
 _group_alive = procs.group_alive
 _signal = procs.signal_pid
 _signal_group = procs.signal_group
+
+
+def flag_value(argv: list[str], flag: str, default: int) -> int:
+    """The last integer given for `flag` (`--flag N` or `--flag=N`) in argv, else `default`."""
+    value = default
+    for i, a in enumerate(argv):
+        text = a.split("=", 1)[1] if a.startswith(flag + "=") else (
+            argv[i + 1] if a == flag and i + 1 < len(argv) else None)
+        if text is not None:
+            try:
+                value = int(text)
+            except ValueError:
+                pass
+    return value
 
 
 def launch_line(argv: list[str]) -> str:
@@ -370,6 +321,24 @@ class Server:
     def owns_port(self) -> bool:
         """Is the listener on our port this server's (its group's or a descendant's) socket?"""
         return self.proc is not None and procs.listener_owned(self.port, self.proc.pid)
+
+    def after_load(self, offset_from: int | None, offset_to: int | None, results) -> str | None:
+        """Why a load's numbers are not this server's, or None: the port's listener is no longer
+        ours, or the log has no decode window in the run's byte range although the longest
+        request took at least --decode-log-interval decode steps (SGLang's default 40), so the
+        server that answered did not log to our file. `results`: the load's RequestResults."""
+        if self.exited() is None and not self.owns_port():
+            return (f"after the load, port {self.port} is answered by a listener that is not this "
+                    f"server's process group (pid {self.pid}): the numbers are not ours")
+        steps = max(((r.spec_verify_ct if r.spec_verify_ct is not None else
+                      (r.output_tokens or 0) - 1) for r in results if r.success), default=0)
+        interval = flag_value(self.argv, "--decode-log-interval", 40)
+        if steps >= interval and decode_lines(self.log_path, offset_from, offset_to) == 0:
+            return (f"no decode window (`Decode batch` line) in {self.log_path} bytes "
+                    f"[{offset_from}, {offset_to}) although the longest request took {steps} "
+                    f"decode steps and --decode-log-interval is {interval}: the server that "
+                    "answered did not log to this file")
+        return None
 
     def check_owned(self) -> None:
         """Raise LaunchFailed when another process answers on our port."""

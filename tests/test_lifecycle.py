@@ -54,6 +54,15 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+def _port_freed(port: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not launch.port_free(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _gone(pids: dict[int, str | None], timeout_s: float) -> list[int]:
     """Pids still alive (same start time) after waiting up to `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -96,7 +105,7 @@ def test_server_and_its_children_die_with_specwatch_whatever_the_signal(tmp_path
     drv.wait(10)
     # The stub ignores SIGTERM: the watchdog's SIGKILL after its 1 s grace is what ends it.
     assert _gone(pids, 10) == []
-    assert launch.port_free(port)
+    assert _port_freed(port)
     assert "specwatch watchdog: specwatch is gone" in log.read_text()
     assert procs.reap_stale(tmp_path) == []              # a re-run finds nothing running
     assert not pidfile.exists()
@@ -161,7 +170,7 @@ def test_dashboard_child_dies_with_the_dashboard_on_sigkill(tmp_path):
     drv.kill()
     drv.wait(10)
     assert _gone({child: start}, 15) == []
-    assert launch.port_free(port)
+    assert _port_freed(port)
     assert procs.reap_stale(pidfile.parent) == []
 
 
@@ -329,3 +338,33 @@ def test_a_busy_side_port_rules_the_port_out():
     finally:
         s.close()
     assert launch.block_free(p)
+
+
+def test_a_run_without_decode_windows_is_flagged_when_it_must_have_some(tmp_path):
+    """The load's answers came from a server that did not log to our file: more decode steps
+    than --decode-log-interval and no `Decode batch` line in the run's byte range."""
+    from specwatch import load
+
+    port = launch.free_port()
+    code = STUB.replace('subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); '
+                        'time.sleep(300)"])', "")
+    log = tmp_path / "s.log"
+    srv = launch.Server([sys.executable, "-c", code, str(port), "--decode-log-interval", "10"],
+                        {}, port, log, grace_s=1.0)
+    srv.start()
+    try:
+        srv.wait_ready(30)
+        lo = log.stat().st_size
+        long_req = [load.RequestResult(0, False, True, output_tokens=40),
+                    load.RequestResult(1, False, False, output_tokens=None)]
+        short_req = [load.RequestResult(0, False, True, output_tokens=8)]
+        spec_req = [load.RequestResult(0, False, True, output_tokens=40, spec_verify_ct=9)]
+        why = srv.after_load(lo, log.stat().st_size, long_req)
+        assert why and "no decode window" in why and "took 39 decode steps" in why
+        assert srv.after_load(lo, log.stat().st_size, short_req) is None     # 7 < 10 steps
+        assert srv.after_load(lo, log.stat().st_size, spec_req) is None      # 9 verify steps
+        with open(log, "a") as fh:
+            fh.write("[2026-01-01 00:00:00] Decode batch, #running-req: 1, #token: 9\n")
+        assert srv.after_load(lo, log.stat().st_size, long_req) is None
+    finally:
+        srv.stop(1)

@@ -324,6 +324,54 @@ def stats_report(db: str | Path, run: str | None = None, sweep: str | None = Non
     return StatsReport(configs, winners, report(db, run=run, sweep=sweep, max_rows=max_rows))
 
 
+
+# What each `baseline_match` (views.py, group_baselines) means for the speedup, for doctor.
+BASELINE_MATCH_NOTES = {
+    "other-sweep": "its baseline was measured in another sweep ({baseline_sweep_name}): trust the "
+                   "speedup only if both ran on the same machine, software and load; add a "
+                   "baseline to this sweep to be sure",
+    "same-log": "its baseline is another server config in the same log",
+    "other-log": "its baseline comes from another log file: the two may have run on different "
+                 "machines, loads or days",
+    "other-version": "its baseline ran another SGLang version",
+    "other-day": "its baseline was measured on another day",
+    "other-machine": "its baseline ran on another machine",
+    "sampling-unknown": "the sampling settings of one side are unknown (an ingested log has no "
+                        "sampling_fingerprint): it may have generated different tokens",
+    "sampling-differs": "not compared: the only baseline of the same model, TP/DP/PP and "
+                        "concurrency ran other sampling settings (differs in: {differs}); measure "
+                        "a baseline with the same workload",
+}
+
+
+def baseline_match_notes(db: str | Path, run: str | None = None) -> list[dict]:
+    """One note per (config, concurrency) whose speedup is not against a same-sweep baseline:
+    {sweep_name, config, concurrency, baseline_match, baseline_config, message}. For doctor,
+    which lists them; the dashboard may show the same messages."""
+    from specwatch import sampling
+
+    where, params = ["baseline_match NOT IN ('self', 'same-sweep')"], []
+    if run:
+        where.append("s.group_id IN (SELECT group_id FROM run_metrics WHERE run_id = ? OR "
+                     "run_name = ?)")
+        params += [run, run]
+    sql = ("SELECT s.sweep_name, s.config, s.concurrency, s.baseline_match, s.baseline_config,"
+           " s.baseline_sweep_name, s.sampling_fingerprint,"
+           " d.sampling_fingerprint AS other_fingerprint"
+           " FROM config_stats s LEFT JOIN run_groups d"
+           "   ON d.group_id = s.differing_baseline_group_id"
+           f" WHERE {' AND '.join(where)} ORDER BY s.sweep_name, s.concurrency, s.config")
+    notes = []
+    for r in run_sql(db, sql, params, max_rows=10_000).dicts():
+        differs = ", ".join(sampling.fingerprint_diff(r["sampling_fingerprint"],
+                                                      r["other_fingerprint"])) or "?"
+        parts = [BASELINE_MATCH_NOTES.get(kind, kind).format(
+                     baseline_sweep_name=r["baseline_sweep_name"], differs=differs)
+                 for kind in r["baseline_match"].split("+") if kind not in ("same-sweep",)]
+        notes.append({k: r[k] for k in ("sweep_name", "config", "concurrency", "baseline_match",
+                                        "baseline_config")} | {"message": "; ".join(parts)})
+    return notes
+
 if __name__ == "__main__":
     # Run the module's own copy (not __main__'s), so Result and the errors unpickle as
     # specwatch.query classes in the parent.

@@ -141,7 +141,7 @@ WITH kept AS (
     coalesce(c.tp_size, r.tp_size) AS tp_size,
     coalesce(c.dp_size, r.dp_size) AS dp_size,
     c.pp_size AS pp_size,
-    r.sampling_fingerprint,
+    r.sampling_fingerprint, r.node_hostname,
     c.sglang_version AS sglang_version,
     r.aux_layer_ids,
     p.dp_ranks, coalesce(p.windows, vl.windows, 0) AS windows,
@@ -191,7 +191,8 @@ FROM grouped
 #     same-sweep        measured in the same sweep (the comparison to trust)
 #     other-sweep       a baseline from another sweep: check it ran on the same machine and load
 #     same-log / other-log   ingested logs (no sweep): the same file / another file
-#   plus, joined with '+': other-version (SGLang versions differ), other-day (sweep runs made on
+#   plus, joined with '+': other-machine (runs.node_hostname differs), other-version (SGLang
+#   versions differ), other-day (sweep runs made on
 #   different days), sampling-unknown (either side has no fingerprint: an ingested log).
 #     sampling-differs  the only candidates ran other sampling settings: NOT compared (no speedup).
 #
@@ -272,6 +273,7 @@ SELECT group_id,
   any_value(tp_size) AS tp_size, any_value(dp_size) AS dp_size, any_value(pp_size) AS pp_size,
   any_value(sampling_fingerprint) AS sampling_fingerprint,
   any_value(sglang_version) AS sglang_version, any_value(engine) AS engine,
+  any_value(node_hostname) AS node_hostname,
   bool_and(speculative_algorithm IS NULL) AS is_baseline,
   min(created_at) AS first_created_at, max(created_at) AS last_created_at,
   count(*) FILTER (WHERE {OK} AND (output_tok_s IS NOT NULL OR gen_throughput_tok_s IS NOT NULL))
@@ -290,6 +292,7 @@ WITH cand AS (
            WHEN s.sweep_name IS NOT NULL AND b.sweep_name IS NOT NULL THEN 'other-sweep'
            WHEN s.first_run_id = b.first_run_id THEN 'same-log'
            ELSE 'other-log' END,
+      CASE WHEN s.node_hostname <> b.node_hostname THEN 'other-machine' END,
       CASE WHEN s.sglang_version <> b.sglang_version THEN 'other-version' END,
       CASE WHEN s.sweep_name IS NOT NULL AND b.sweep_name IS NOT NULL
             AND CAST(s.last_created_at AS DATE) <> CAST(b.last_created_at AS DATE)

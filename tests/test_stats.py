@@ -74,6 +74,10 @@ def known_db(tmp_path_factory):
         for rep, x in enumerate([100, 100, 100]):
             _run(con, "syn", "baseline", 2, rep, float(x), spec=False, fp=FP_HOT)
             _run(con, "syn", "fast", 2, rep, 150.0 + rep)
+        # sweep 'far' measured its config on host b against a baseline of host a
+        for rep, x in enumerate([100, 110, 90]):
+            _run(con, "far", "baseline", 8, rep, float(x), spec=False, node_hostname="a")
+            _run(con, "far2", "fast", 8, rep, float(x) * 1.5, node_hostname="b")
         # a config whose every run failed
         _run(con, "syn", "broken", 1, 0, None, status="failed", failure_reason="OOM at load")
         # request-weighted accept length of fast/c1/r0: requests 64 tok / 16 steps (4.0) and
@@ -185,6 +189,7 @@ def test_baseline_matching_is_explicit(stats):
     # another sweep's baseline is used, and flagged
     assert stats[("syn2", "late", 1)]["baseline_match"] == "other-sweep"
     assert stats[("syn2", "late", 1)]["baseline_config"] == "baseline"
+    assert stats[("far2", "fast", 8)]["baseline_match"] == "other-sweep+other-machine"
     # the baseline is compared with itself: speedup 1, its own verdict
     b = stats[("syn", "baseline", 1)]
     assert (b["baseline_match"], b["verdict"], b["speedup"]) == ("self", "baseline", 1.0)
@@ -269,3 +274,14 @@ def test_report_json_and_csv_keep_every_column(known_db):
     fast = next(r for r in rows if (r["sweep_name"], r["config"], r["concurrency"]) ==
                 ("syn", "fast", "1"))
     assert math.isclose(float(fast["speedup_ci_low"]), 1.195748, abs_tol=1e-4)
+
+
+def test_baseline_notes_for_doctor(known_db):
+    notes = {(n["sweep_name"], n["config"], n["concurrency"]): n
+             for n in query.baseline_match_notes(known_db)}
+    assert set(notes) == {("syn", "fast", 2), ("syn2", "late", 1), ("far2", "fast", 8)}
+    assert "differs in: temperature" in notes[("syn", "fast", 2)]["message"]
+    assert "another sweep (syn)" in notes[("syn2", "late", 1)]["message"]
+    assert "another machine" in notes[("far2", "fast", 8)]["message"]
+    assert [n["config"] for n in query.baseline_match_notes(known_db, run="syn2/late/c1/r0")] == [
+        "late"]

@@ -157,7 +157,9 @@ def sql(query, db, fmt, max_rows, timeout, memory_mb):
     PRAGMA) in a sandbox: no files, network, extensions, settings or writes; time and memory
     limited. Tables: runs, decode_windows, prefill_windows, vllm_spec_windows,
     vllm_throughput_windows, server_configs, events, rejected_lines, requests, alerts, sources,
-    run_sources; views: config_summary, decode_windows_scoped.
+    run_sources; views: config_summary (per run), config_stats (per config and concurrency, over
+    repeats, with intervals and verdicts), concurrency_winners, run_metrics, run_groups,
+    group_baselines, decode_windows_scoped.
 
     Example: specwatch sql "SELECT run_name, accept_len FROM config_summary" --format csv
     """

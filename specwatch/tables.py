@@ -130,6 +130,10 @@ def print_report(rep, out=None, fmt: str = "table", wide: bool = False,
         w.writerows([["" if v is None else v for v in r] for r in rep.configs.rows])
         return
     width = _width(width)
+    if not rep.configs.rows:
+        out.write("no runs stored yet: run `specwatch run-sweep SWEEP.toml` or `specwatch ingest "
+                  "LOG` first\n")
+        return
     if wide:
         _print_wide(rep, out)
     else:

@@ -22,5 +22,5 @@ class OptionalBuildExt(build_ext):
 
 
 setup(ext_modules=[Extension("specwatch._fastscan", ["specwatch/_fastscan.c"],
-                             extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE"])],
+                             extra_compile_args=["-O3", "-std=c11", "-D_GNU_SOURCE"])],
       cmdclass={"build_ext": OptionalBuildExt})

@@ -82,11 +82,12 @@ static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
     return 1;
 }
 
-/* canonical int: [+-]?(0|[1-9][0-9]{0,17}); anything longer goes to Python (which range-checks) */
+/* canonical int: -?(0|[1-9][0-9]{0,17}) (parse.py's int is -?digits: `+3` is not one); anything
+ * longer goes to Python (which range-checks) */
 static int parse_int(const char *s, Py_ssize_t n, int64_t *out) {
     Py_ssize_t i = 0;
     int neg = 0;
-    if (n > 0 && (s[0] == '-' || s[0] == '+')) { neg = s[0] == '-'; i = 1; }
+    if (n > 0 && s[0] == '-') { neg = 1; i = 1; }
     if (i >= n || n - i > 18) return 0;
     if (s[i] == '0' && n - i > 1) return 0;
     int64_t v = 0;

@@ -30,28 +30,48 @@ _INT_RANGE = {"INTEGER": (-(2 ** 31), 2 ** 31 - 1), "BIGINT": (-(2 ** 63), 2 ** 
 
 
 def _checks(table: str) -> list[tuple[str, str]]:
-    return [(name, sql.split()[0]) for name, sql in schema.columns(schema.TABLES[table])
-            if sql.split()[0] in ("INTEGER", "BIGINT", "DOUBLE", "DOUBLE[]", "INTEGER[]")]
+    return [(name, sql.split()[0]) for name, sql in schema.columns(schema.TABLES[table])]
 
 
 _CHECKS = {t: _checks(t) for t in schema.TABLES}
+_PY_TYPES = {"VARCHAR": str, "JSON": str, "BOOLEAN": bool, "TIMESTAMP": dt.datetime}
+
+
+def _value_problem(col: str, typ: str, x) -> str | None:
+    if typ in ("INTEGER", "BIGINT"):
+        if not isinstance(x, int) or isinstance(x, bool):
+            return f"{col}={x!r}: not an integer"
+        lo, hi = _INT_RANGE[typ]
+        if not lo <= x <= hi:
+            return f"{col}={x}: out of range for {typ} ({lo}..{hi})"
+    elif typ == "DOUBLE":
+        if not isinstance(x, (int, float)) or isinstance(x, bool):
+            return f"{col}={x!r}: not a number"
+        if not math.isfinite(x):
+            return f"{col}={x}: not a finite number"
+    elif typ in _PY_TYPES and not isinstance(x, _PY_TYPES[typ]):
+        return f"{col}={x!r}: not a {typ}"
+    return None
 
 
 def row_problem(table: str, row: dict) -> tuple[str, str] | None:
-    """(column, reason) for the first value that its column cannot hold faithfully, or None."""
+    """(column, reason) for the first value its column cannot hold faithfully (wrong type, an
+    integer out of range, a non-finite float), or None."""
     for col, typ in _CHECKS[table]:
         v = row.get(col)
         if v is None:
             continue
-        for x in (v if isinstance(v, list) else (v,)):
-            if x is None or isinstance(x, bool):
-                continue
-            if typ in ("INTEGER", "BIGINT", "INTEGER[]"):
-                lo, hi = _INT_RANGE[typ.rstrip("[]")]
-                if isinstance(x, int) and not lo <= x <= hi:
-                    return col, f"{col}={x}: out of range for {typ.rstrip('[]')} ({lo}..{hi})"
-            elif isinstance(x, float) and not math.isfinite(x):
-                return col, f"{col}={x}: not a finite number"
+        if typ.endswith("[]"):
+            if not isinstance(v, list):
+                return col, f"{col}={v!r}: not a list"
+            for x in v:
+                why = x is not None and _value_problem(col, typ[:-2], x)
+                if why:
+                    return col, why
+            continue
+        why = _value_problem(col, typ, v)
+        if why:
+            return col, why
     return None
 
 

@@ -3,9 +3,11 @@
 For each speculative config (chain S=3 topk=1 N=4, tree S=3 topk=4 N=8) and concurrency
 (1: every prompt served alone; c > 1: batches of c prompts started together) it decodes the
 same held-out prompts greedily as
-  (a) SpecDecoder on --device (cuda) with the Triton kernels (kernels.ops' default there),
-  (b) the same decoder with SPECWATCH_KERNELS=torch (torch references on the GPU),
-  (c) plain decoding (no draft) on --device,
+  (a) SpecDecoder on --device (cuda) with the Triton kernels (kernels.ops' default there) and
+      CUDA graphs of the decode steps (captured for every bucket before the runs),
+  (b) the same decoder with SPECWATCH_KERNELS=torch (torch references on the GPU; these read back
+      to the host, so its steps run eagerly, without graphs),
+  (c) plain decoding (no draft) on --device (CUDA graphs),
   (d) SpecDecoder on CPU with the references, and (e) plain decoding on CPU,
 and prints, per pair, how many sequences differ and how many output tokens lie at or after the
 first divergence ("diff tok (seqs)"), the accept length (1 + accepted drafts / verify steps)
@@ -105,27 +107,12 @@ def near_tie(target64, prompt: list[int], prefix: list[int]) -> tuple[float, int
 
 
 def env_lines(device: torch.device) -> list[str]:
-    import triton
+    import sys
 
-    lines = [f"- host: {platform.node()} ({platform.machine()}), python {platform.python_version()}, "
-             f"torch {torch.__version__} (CUDA {torch.version.cuda}), triton {triton.__version__}, "
-             f"{torch.get_num_threads()} CPU threads"]
-    if device.type == "cuda":
-        p = torch.cuda.get_device_properties(device)
-        try:
-            drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            drv = None
-        lines.append(f"- GPU: {p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
-                     f"driver {drv}")
-    lines.append(f"- TF32: matmul {torch.backends.cuda.matmul.allow_tf32}, cudnn "
-                 f"{torch.backends.cudnn.allow_tf32}; float32_matmul_precision "
-                 f"{torch.get_float32_matmul_precision()}")
-    for name in ("target", "draft-eagle3"):
-        digest = hashlib.sha256((models_dir() / name / "model.safetensors").read_bytes()).hexdigest()[:12]
-        lines.append(f"- weights {name}/model.safetensors sha256 {digest}")
-    return lines
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _provenance
+
+    return _provenance.lines(device, models_dir())
 
 
 def main() -> None:
@@ -151,7 +138,9 @@ def main() -> None:
     spec = {name: (SpecDecoder(target_path, draft_path, num_steps=s, topk=k, num_draft_tokens=n, device=device),
                    SpecDecoder(target_path, draft_path, num_steps=s, topk=k, num_draft_tokens=n))
             for name, (s, k, n) in CONFIGS.items()}
-    print(f"loaded decoders in {time.perf_counter() - t_load:.1f} s", flush=True)
+    for dec in [plain["c"]] + [d for d, _ in spec.values()]:
+        dec.capture_cuda_graphs()
+    print(f"loaded decoders and captured graphs in {time.perf_counter() - t_load:.1f} s", flush=True)
     target64 = load_target(target_path).double()
 
     report = [f"# Built-in engine: greedy identity across kernels and devices ({device})", ""]

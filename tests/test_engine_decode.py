@@ -182,3 +182,42 @@ def test_bad_spec_config_errors_say_what_to_do():
         SpecDecoder(TARGET, DRAFT, num_steps=3, topk=1, num_draft_tokens=9)
     with pytest.raises(ValueError, match="context length"):
         SpecDecoder(TARGET).prefill([Request("x", [65] * 500, 100)])
+
+
+# ----------------------------------------------------------------------------- static (CUDA-graph) step bodies
+
+
+def _serve_staggered(dec, prompts, base, temperature=0.0):
+    """Three requests of different lengths in one batch: the finished one keeps its slot until the
+    end, so later steps see a batch whose slots are not 0..B-1 (the graph runner's gather variant)."""
+    reqs = [Request(f"s{i}", list(p), base + 7 * i, temperature=temperature, seed=3) for i, p in enumerate(prompts)]
+    dec.prefill(reqs)
+    while not all(r.finished for r in reqs):
+        dec.decode_step(reqs)
+    for r in reqs:
+        dec.release(r)
+    return [(r.output_ids, r.spec_accept_histogram, r.spec_verify_ct) for r in reqs]
+
+
+@pytest.mark.parametrize("steps,topk,ndt", [(3, 1, 4), (3, 4, 8), (1, 2, 3)], ids=["chain", "tree", "one-step"])
+def test_graph_step_bodies_equal_the_eager_step(prompts, plain_outputs, steps, topk, ndt):
+    """graph_step's fixed-shape bodies (what a CUDA graph replays: full-capacity cache reads, padded
+    buckets, tree built on the device, on-device KV compaction and extend) run eagerly on CPU and give
+    the eager step's tokens and accept histograms, and greedy stays equal to plain."""
+    kw = dict(num_steps=steps, topk=topk, num_draft_tokens=ndt)
+    eager = _serve_staggered(SpecDecoder(TARGET, DRAFT, **kw), prompts[:3], 20)
+    static_dec = SpecDecoder(TARGET, DRAFT, static_steps=True, **kw)
+    static = _serve_staggered(static_dec, prompts[:3], 20)
+    assert static == eager
+    assert [o for o, _, _ in static] == [plain_outputs[i][:20 + 7 * i] for i in range(3)]
+    used = set(static_dec.graphs._entries)
+    assert (4, True) in used and (2, False) in used, used  # padded 3 -> 4 (dense), then 2 rows on slots {1, 2}
+    # sampling requests take the eager path on the same per-slot state
+    sampled = SpecDecoder(TARGET, DRAFT, static_steps=True, **kw)
+    assert _serve_staggered(sampled, prompts[:3], 12, 0.8) == \
+        _serve_staggered(SpecDecoder(TARGET, DRAFT, **kw), prompts[:3], 12, 0.8)
+
+
+def test_graph_plain_body_equals_plain(prompts, plain_outputs):
+    outs = _serve_staggered(SpecDecoder(TARGET, static_steps=True), prompts[:3], 20)
+    assert [o for o, _, _ in outs] == [plain_outputs[i][:20 + 7 * i] for i in range(3)]

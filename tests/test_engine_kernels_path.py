@@ -4,7 +4,8 @@ tests/conftest.py sets TRITON_INTERPRET=1, so `kernels.ops` runs the real Triton
 top-k, candidate selection, organize, greedy verify) in the interpreter. Greedy output must equal
 the torch-reference path and plain (draft-free) decoding token for token. A spy counts the calls
 into the Triton launchers (it still runs them) so the test cannot pass on the references alone.
-The CUDA case runs only where torch sees a GPU (never in CI; see benchmarks/gpu_engine_identity.py).
+The CUDA cases run only where torch sees a GPU (never in CI; see benchmarks/gpu_engine_identity.py):
+CUDA-graph steps equal eager steps and plain decoding, with no implicit device->host sync per step.
 """
 
 from __future__ import annotations
@@ -214,3 +215,46 @@ def test_server_device_cuda_serves_greedy_like_the_cuda_decoder(tmp_path, monkey
         dec.decode_step([req])
     assert body["output_ids"] == req.output_ids
     assert "cuda graph" in log.read_text(errors="replace")
+
+
+def _serve_no_sync(dec, prompts, new_tokens=NEW_TOKENS):
+    """serve(), with every decode step under torch's sync debug mode "error": a step may not
+    read the device back implicitly (.item(), .tolist(), blocking copies); its one explicit wait
+    is the stream synchronize after the graph's output copy."""
+    reqs = [Request(f"g{i}", list(p), new_tokens + 5 * i) for i, p in enumerate(prompts)]
+    dec.prefill(reqs)
+    while not all(r.finished for r in reqs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            dec.decode_step(reqs)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    for r in reqs:
+        dec.release(r)
+    return [r.output_ids for r in reqs]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kw", [dict(), dict(num_steps=3, topk=1, num_draft_tokens=4),
+                                dict(num_steps=3, topk=4, num_draft_tokens=8)], ids=["plain", "chain", "tree"])
+def test_cuda_graph_steps_equal_eager_steps_without_hidden_syncs(prompts, monkeypatch, kw):
+    monkeypatch.delenv("SPECWATCH_KERNELS", raising=False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    draft = DRAFT if kw else None
+    graph = SpecDecoder(TARGET, draft, device="cuda", **kw)
+    assert graph.capture_cuda_graphs() == len(graph.graphs.buckets)
+    eager = SpecDecoder(TARGET, draft, device="cuda", cuda_graph=False, **kw)
+    assert eager.graphs is None
+    via_graph = _serve_no_sync(graph, prompts)
+    assert via_graph == serve_lengths(eager, prompts)
+    assert via_graph == serve_lengths(SpecDecoder(TARGET, device="cuda", cuda_graph=False), prompts)  # plain
+    assert all(e.graph is not None for e in graph.graphs._entries.values())
+    assert (1, False) in graph.graphs._entries  # the longer request alone, on slot 1: gather variant
+
+
+def serve_lengths(dec, prompts, new_tokens=NEW_TOKENS):
+    reqs = [Request(f"p{i}", list(p), new_tokens + 5 * i) for i, p in enumerate(prompts)]
+    dec.prefill(reqs)
+    while not all(r.finished for r in reqs):
+        dec.decode_step(reqs)
+    return [r.output_ids for r in reqs]

@@ -20,6 +20,9 @@ Not here: sampling (temperature > 0 runs eagerly), prefill, scheduling.
 
 from __future__ import annotations
 
+import os
+import time
+
 import torch
 
 from kernels import ops
@@ -99,7 +102,11 @@ class GraphRunner:
         return next((b for b in self.buckets if b >= batch), None)
 
     def fits(self, reqs, seqs) -> bool:
-        """A greedy batch of at most the largest bucket."""
+        """A greedy batch of at most the largest bucket, and kernels that can be captured: with
+        SPECWATCH_KERNELS=torch the references read back to the host, so speculative steps run eagerly."""
+        if self.capture and self.dec.draft is not None and \
+                os.environ.get("SPECWATCH_KERNELS", "").strip().lower() == "torch":
+            return False
         return len(seqs) <= self.buckets[-1] and all(r.temperature <= 0 for r in reqs)
 
     def _dense(self, slots: list[int], bs: int) -> bool:
@@ -163,8 +170,6 @@ class GraphRunner:
         """Mean wall time of one bare replay of the dense graph of bucket `bs` (no request may be
         running: it writes the caches of slots 0..bs-1). For benchmarks."""
         e = self._entry(bs, True)
-        import time
-
         e.graph.replay()
         torch.cuda.synchronize(self.dec.device)
         t0 = time.perf_counter()

@@ -220,15 +220,17 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
                 raise launch.LaunchFailed(
                     f"port {job.port} is already in use by another process; free it, or drop "
                     "`port` from the sweep file to use a free port per config")
+            version = sweep.sglang_version or (
+                launch.installed_sglang_version(sweep.launch_command)
+                if sweep.engine == "sglang" else None)     # the launch interpreter's sglang
             argv = launch.command(sweep.engine, c, job.port, draft_path, sweep.launch_command,
-                                  sweep.sglang_version or (launch.installed_sglang_version()
-                                                           if sweep.engine == "sglang" else None))
+                                  version, gpus=job.gpus)
             env = launch.environment(dict(os.environ), sweep.env, job.gpus, sweep.engine)
             env["SPECWATCH_RUN_DIR"] = str(run_dir)    # lets tests find anything we leave behind
             t_wait = time.monotonic()
             _event(events, "before_launch", c.name)
             out.wait_s += time.monotonic() - t_wait
-            server = launch.Server(argv, env, job.port, log_path)
+            server = launch.Server(argv, env, job.port, log_path, grace_s=sweep.stop_grace_s)
             server.start()
             _event(events, "log_opened", c.name, str(log_path))
             _event(events, "note", c.name, f"launched pid {server.pid} on port {job.port}")
@@ -319,6 +321,14 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
         if not answering and server is not None:
             exit_code = server.wait_exit(2.0)
     status, reason = run_status(res, summary, exit_code, answering, stop, len(specs))
+    if exit_code is not None and log_path is not None:
+        cause = launch.failure_cause(log_path)     # the real cause, not "code -9"
+        if cause:
+            reason = f"{cause} ({reason}; log: {log_path})"
+    elif status == "ok" and server is not None:
+        not_ours = server.after_load(offset_from, offset_to, res.results)
+        if not_ours:
+            status, reason = "failed", not_ours
     rr = RunResult(row["run_id"], k.concurrency, k.repeat_idx, status, reason,
                    summary["requests_ok"], summary["requests_failed"], summary["output_tok_s"],
                    res.wall_s, requests=[r.row() for r in res.results] + extra_requests,

@@ -280,6 +280,11 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
     `attach`: {config name: (endpoint URL, log path or None)}; other configs are not measured."""
     stop = stop or threading.Event()
     progress = progress or Progress()
+    # Servers a dead specwatch left running (its watchdog killed too) hold ports and GPUs.
+    reaped = launch.reap_stale(Path(out_dir) / sweep.name)
+    if reaped:
+        progress.note("reaped", f"stopped {len(reaped)} process(es) a previous run left behind: "
+                      f"{reaped}")
     todo = plan(sweep, db, force)
     if attach is not None:
         todo = [(c, k) for c, k in todo if c.name in attach]

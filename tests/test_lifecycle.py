@@ -368,3 +368,45 @@ def test_a_run_without_decode_windows_is_flagged_when_it_must_have_some(tmp_path
         assert srv.after_load(lo, log.stat().st_size, long_req) is None
     finally:
         srv.stop(1)
+
+
+SWEEP = """\
+name = "killed"
+engine = "builtin"
+model = "builtin:target"
+server_flags = ["--decode-log-interval", "4"]
+concurrency = [1]
+stop_grace_s = 2
+env = {OMP_NUM_THREADS = "1"}
+[workload]
+prompts = "builtin:chat"
+num_prompts = 2
+warmup_requests = 0
+output_tokens = 4
+"""
+
+
+def test_run_sweep_killed_with_sigkill_leaves_nothing_and_a_rerun_finds_the_port_free(tmp_path):
+    """The whole CLI: `specwatch run-sweep` SIGKILLed while its built-in engine server runs."""
+    (tmp_path / "killed.toml").write_text(SWEEP)
+    out = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "specwatch.cli", "run-sweep", str(tmp_path / "killed.toml"),
+           "--db", str(tmp_path / "s.duckdb"), "--out-dir", str(out)]
+    drv = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    files: list[Path] = []
+    while not files:
+        assert drv.poll() is None and time.monotonic() < deadline, drv.returncode
+        files = list(out.rglob("*" + procs.PIDFILE_SUFFIX))
+        time.sleep(0.1)
+    time.sleep(0.3)
+    info = json.loads(files[0].read_text())
+    pid, port = info["pid"], info["port"]
+    start = procs.start_time(pid)
+    group = {p: procs.start_time(p) for p in procs.group_alive(pid)}
+    assert procs.alive(pid, start)
+    drv.kill()
+    drv.wait(10)
+    assert _gone({pid: start, **group}, 10) == []
+    assert _port_freed(port)
+    assert procs.reap_stale(out) == [] and not files[0].exists()

@@ -5,6 +5,7 @@ killed mid-load, requests that error), resume, Ctrl-C. Slow: the README's exampl
 stored numbers checked against what the server itself reported."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -272,8 +273,8 @@ class RecordEnv(sweep.Progress):
 
 def test_configs_run_in_parallel_on_disjoint_gpu_sets(tmp_path):
     """--gpus 0,1: two tp=1 configs at once, each with its own device and port; a tp=4 config
-    cannot be placed and becomes a failed row. (The built-in engine runs on CPU whatever
-    CUDA_VISIBLE_DEVICES says, so placement is real here even without GPUs.)"""
+    cannot be placed and becomes a failed row. (On --gpus the built-in engine runs on CUDA;
+    `--device cpu` keeps it on this GPU-less box, so placement is real here even without GPUs.)"""
     db = tmp_path / "s.duckdb"
     s = make(tmp_path, "par", """
 [[config]]
@@ -287,6 +288,8 @@ speculative_num_steps = 2
 speculative_eagle_topk = 1
 tp_size = 4
 """)
+    s = dataclasses.replace(s, configs=tuple(dataclasses.replace(
+        c, server_flags=c.server_flags + ("--device", "cpu")) for c in s.configs))
     prog = RecordEnv()
     res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), gpus=(0, 1), progress=prog)
     by = {o.config: o for o in res.outcomes}

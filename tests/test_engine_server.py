@@ -109,7 +109,7 @@ def server(tmp_path_factory):
         "--speculative-draft-model-path", DRAFT, "--speculative-num-steps", str(STEPS),
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(STEPS + 1),
         "--decode-log-interval", str(INTERVAL), "--mem-fraction-static", "0.8",
-        "--cuda-graph-max-bs", "8", "--trust-remote-code", "--enable-metrics"],
+        "--cuda-graph-max-bs-decode", "8", "--trust-remote-code", "--enable-metrics"],
         env={"SPECWATCH_ENGINE_READ_TIMEOUT_S": str(READ_TIMEOUT_S)})
     yield s
     assert s.stop() == 0

@@ -1,7 +1,10 @@
 """SGLang `launch_server` flags for the built-in engine: parse, resolve, validate.
 
-`parse_args(argv)` returns a resolved `ServerArgs` plus the warnings SGLang would print (and the
-warnings for flags the built-in engine accepts but ignores). Resolution follows SGLang 0.5.23:
+`parse_args(argv)` parses with an argparse parser built from SGLang's own flag table
+(`sglang_flags.json`, generated from the real parser by scripts/gen_engine_flags.py and checked
+against the installed sglang by the contract tests), so it accepts exactly what SGLang accepts, and
+returns a resolved `ServerArgs` plus the warnings SGLang would print (and the warnings for flags the
+built-in engine accepts but ignores). Resolution follows SGLang 0.5.23:
 NEXTN -> EAGLE, auto-chosen (steps, topk, draft tokens) from the target's architecture,
 topk == 1 forces draft tokens = steps + 1, max_running_requests = 48 with speculation.
 
@@ -11,7 +14,9 @@ network. Model paths are local directories or `builtin:<name>` (the packaged mod
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +66,6 @@ class ServerArgs:
     tp_size: int = 1
     pp_size: int = 1
     stream_interval: int = 1
-    stream_output: bool = False
     random_seed: int | None = None
     watchdog_timeout: float = 300
     download_dir: str | None = None
@@ -81,7 +85,7 @@ class ServerArgs:
     chat_template: str | None = None
     # Data parallelism
     dp_size: int = 1
-    load_balance_method: str = "round_robin"
+    load_balance_method: str = "auto"
     # Multi-node distributed serving
     dist_init_addr: str | None = None
     nnodes: int = 1
@@ -104,8 +108,7 @@ class ServerArgs:
     ep_size: int = 1
     # Optimization/debug options
     disable_radix_cache: bool = False
-    cuda_graph_max_bs: int | None = None
-    cuda_graph_bs: list[int] | None = None
+    cuda_graph_max_bs_decode: int | None = None
     disable_cuda_graph: bool = False
     disable_cuda_graph_padding: bool = False
     disable_custom_all_reduce: bool = False
@@ -122,6 +125,11 @@ class ServerArgs:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @property
+    def cuda_graph_max_bs(self) -> int | None:
+        """SGLang 0.5.23 spells it --cuda-graph-max-bs-decode (`--cuda-graph-max-bs` is ambiguous)."""
+        return self.cuda_graph_max_bs_decode
+
 
 # Flags the built-in engine acts on. Every other ServerArgs field is accepted and stored, with a
 # warning that it has no effect here.
@@ -131,17 +139,7 @@ HONOURED = {
     "decode_log_interval", "api_key", "served_model_name", "dp_size", "load_balance_method",
     "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
     "speculative_eagle_topk", "speculative_num_draft_tokens", "disable_overlap_schedule",
-}
-
-# Alternative spellings SGLang accepts for the same field.
-ALIASES = {
-    "--model": "model_path",
-    "--tp": "tp_size",
-    "--tensor-parallel-size": "tp_size",
-    "--dp": "dp_size",
-    "--data-parallel-size": "dp_size",
-    "--speculative-draft-model": "speculative_draft_model_path",
-    "--speculative-draft": "speculative_draft_model_path",
+    "cuda_graph_max_bs_decode", "disable_cuda_graph",
 }
 
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -182,7 +180,9 @@ HTTP API and log format, on CPU or a CUDA GPU. Flags it acts on:
   --random-seed N  --api-key KEY  --skip-server-warmup
   --log-level {debug,info,warning,error,critical}
 
-Any other SGLang flag is accepted with a warning, so one sweep file drives both engines.
+Any other flag of SGLang's own parser (specwatch/engine/sglang_flags.json, generated from it) is
+accepted with a warning, so one sweep file drives both engines; what SGLang's parser rejects
+(unknown flags, ambiguous prefixes) is rejected the same way, with exit code 2.
 Environment: SGLANG_LOG_MS=1 adds milliseconds to log timestamps.
 
 Example:
@@ -205,93 +205,122 @@ def _fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(ServerArgs)}
 
 
-def _field_for_flag(flag: str) -> str | None:
-    if flag in ALIASES:
-        return ALIASES[flag]
-    name = flag[2:].replace("-", "_")
-    return name if name in _fields() else None
+# ----------------------------------------------------------------------------- SGLang's flag table
+
+FLAGS_FILE = Path(__file__).with_name("sglang_flags.json")
 
 
-def _kind(f: dataclasses.Field) -> str:
-    """'bool', 'int', 'float', 'str' or 'list[int]' from the field's annotation string."""
-    t = str(f.type).replace(" | None", "")
-    return t if t in ("bool", "int", "float", "str", "list[int]") else "str"
+class ArgsUsageError(ArgsError):
+    """SGLang's parser would reject this command line (unknown flag, ambiguous prefix, bad value):
+    the message is argparse's, as SGLang prints it after `error: `."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
-def _convert(flag: str, kind: str, raw: str) -> Any:
+def error_text(exc: ArgsError, prog: str = "python -m specwatch.engine") -> str:
+    """What the engine prints before exiting 2: argparse's `usage:` + `PROG: error: MSG` for a
+    usage error (as SGLang's parser does), `error: MSG` for a value the engine cannot run with."""
+    if isinstance(exc, ArgsUsageError):
+        return f"{exc.usage.rstrip()}\n{prog}: error: {exc}"
+    return f"error: {exc}"
+
+
+def flag_table() -> dict[str, Any]:
+    """The committed table generated from SGLang's parser by scripts/gen_engine_flags.py."""
+    return _flag_table()
+
+
+@functools.lru_cache(maxsize=1)
+def _flag_table() -> dict[str, Any]:
+    return json.loads(FLAGS_FILE.read_text())
+
+
+def _nullable_str(val: str):
+    """SGLang's `nullable_str`: '' or 'None' -> None."""
+    return None if not val or val == "None" else val
+
+
+def _plain_int(val: str) -> int:
+    """Stricter than SGLang's `human_readable_int` (which also takes 32k, 1Mi): plain integers."""
     try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
+        return int(val)
     except ValueError:
-        raise ArgsError(f"{flag}: expected {kind}, got {raw!r}") from None
-    return raw
+        raise argparse.ArgumentTypeError(
+            f"invalid int value: {val!r} (the built-in engine takes plain integers here)") from None
+
+
+def _unchecked(type_name: str):
+    def refuse(val: str):
+        raise argparse.ArgumentTypeError(
+            f"the built-in engine cannot check this value the way SGLang's {type_name} does, so "
+            "it refuses the flag; drop it for engine = \"builtin\"")
+    refuse.__name__ = type_name.rsplit(".", 1)[-1]
+    return refuse
+
+
+_TYPES = {None: None, "str": None, "int": int, "float": float, "json.loads": json.loads,
+          "sglang.srt.utils.common.nullable_str": _nullable_str,
+          "sglang.srt.utils.common.human_readable_int": _plain_int}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print and exit; the caller decides
+        raise ArgsUsageError(message, self.format_usage())
+
+    def print_help(self, file=None) -> None:
+        print(HELP, end="", file=file)
+
+
+@functools.lru_cache(maxsize=1)
+def build_parser() -> argparse.ArgumentParser:
+    """An argparse parser with SGLang's options, in SGLang's order (so ambiguity messages list the
+    same candidates), SGLang's allow_abbrev, nargs, choices and defaults."""
+    t = _flag_table()
+    p = _Parser(prog="python -m specwatch.engine", allow_abbrev=t["allow_abbrev"],
+                prefix_chars=t["prefix_chars"])
+    for a in t["actions"]:
+        opts, kind = a["option_strings"], a["action"]
+        kw: dict[str, Any] = {"dest": a["dest"], "default": a["default"]}
+        if a["required"]:
+            kw["required"] = True
+        if kind in ("_StoreTrueAction", "DeprecatedStoreTrueAction"):
+            p.add_argument(*opts, action="store_true", **kw)
+        elif kind == "_StoreFalseAction":
+            p.add_argument(*opts, action="store_false", **kw)
+        elif kind in ("_StoreConstAction", "DeprecatedStoreConstAction"):
+            p.add_argument(*opts, action="store_const", const=a["const"], **kw)
+        elif kind == "BooleanOptionalAction":
+            p.add_argument(opts[0], action=argparse.BooleanOptionalAction, **kw)
+        else:
+            ty = _TYPES[a["type"]] if a["type"] in _TYPES and kind == "_StoreAction" \
+                else _unchecked(a["type"] or kind)
+            if ty is not None:
+                kw["type"] = ty
+            if a["nargs"] is not None:
+                kw["nargs"] = a["nargs"]
+            if a["choices"] is not None:
+                kw["choices"] = a["choices"]
+            p.add_argument(*opts, action="store", **kw)
+    return p
 
 
 def parse_args(argv: list[str]) -> ParsedArgs:
-    """Parse SGLang-style flags (`--flag value`, `--flag=value`, `--bool-flag`) and resolve them."""
+    """Parse with SGLang's own flag table (unknown flags, ambiguous prefixes and bad values raise
+    ArgsUsageError with argparse's message), then resolve as SGLang 0.5.23 does."""
+    parser = build_parser()
+    ns = parser.parse_args(list(argv))
+    table = {a["dest"]: a for a in _flag_table()["actions"]}
     fields = _fields()
-    values: dict[str, Any] = {}
-    given: list[tuple[str, str]] = []  # (flag as written, field) for honoured/ignored warnings
+    values = {name: getattr(ns, name) for name in fields if hasattr(ns, name)}
     warnings: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok in ("-h", "--help"):
-            raise SystemExit(_print_help())
-        if not tok.startswith("--"):
-            raise ArgsError(f"unexpected argument {tok!r} (position {i + 1}): flags start with '--'")
-        flag, eq, inline = tok.partition("=")
-        name = _field_for_flag(flag)
-        if name is None:
-            # Unknown to this engine: take the next token as its value unless it is a flag.
-            if eq:
-                value_text = f"={inline}"
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                i += 1
-                value_text = f" {argv[i]}"
-            else:
-                value_text = ""
+    for dest, a in table.items():
+        v = getattr(ns, dest, a["default"])
+        if v != a["default"] and dest not in HONOURED:
             warnings.append(
-                f"Ignoring unrecognized argument {flag}{value_text}: the specwatch built-in engine "
-                "does not know this SGLang flag (accepted so one sweep file drives both engines)."
-            )
-            i += 1
-            continue
-        kind = _kind(fields[name])
-        if kind == "bool":
-            if eq:
-                raise ArgsError(f"{flag} is a switch and takes no value (got {tok!r})")
-            values[name] = True
-        elif kind == "list[int]":
-            items = [inline] if eq else []
-            while not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                i += 1
-                items.append(argv[i])
-            if not items:
-                raise ArgsError(f"{flag} needs at least one integer value")
-            values[name] = [_convert(flag, "int", x) for x in items]
-        else:
-            if eq:
-                raw = inline
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                i += 1
-                raw = argv[i]
-            else:
-                raise ArgsError(f"{flag} needs a value")
-            values[name] = _convert(flag, kind, raw)
-        given.append((flag, name))
-        i += 1
-
-    if "model_path" not in values:
-        raise ArgsError("--model-path is required (a model directory, or builtin:target)")
-    for flag, name in given:
-        if name not in HONOURED:
-            warnings.append(
-                f"Ignoring {flag}={values[name]!r}: it has no effect in the specwatch built-in engine "
-                "(accepted so one sweep file drives both engines)."
-            )
+                f"Ignoring {a['option_strings'][0]}={v!r}: it has no effect in the specwatch "
+                "built-in engine (accepted so one sweep file drives both engines).")
     args = ServerArgs(**values)
     target_config = _resolve(args, warnings)
     return ParsedArgs(server_args=args, warnings=warnings, target_config=target_config)

@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parsed = args_mod.parse_args(argv)
     except args_mod.ArgsError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(args_mod.error_text(e), file=sys.stderr)
         return 2
     a = parsed.server_args
     log = sglang_log.configure_logging(a.log_level)

@@ -1,0 +1,231 @@
+"""Ingest never dies on a line, reads compressed rotated logs, and says when a file is no log.
+
+Issue 13 ("one bad line never blocks a file"): values past INT32/INT64, `+3`, `1e999`, a deeply
+nested or huge server_args line, `, , ` endings, NUL and invalid UTF-8 lines, interleaved with
+valid lines: every valid line is stored exactly once (re-runs too), each bad one is in
+rejected_lines with a reason, on both ingest paths, through the real CLI and through the
+ingestor `tail` uses. Issue 15: gzip/zstd logs, files with no recognised line.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+
+import duckdb
+import pytest
+import zstandard
+
+from conftest import SAMPLES, run_cli
+from specwatch import ingest, rows, store
+
+OK = ("[2026-03-02 08:15:{s:02d} DP{r} TP{r}] Decode batch, #running-req: {n}, #token: 5120, "
+      "token usage: 0.23, accept len: 2.61, accept rate: 0.65, cuda graph: True, "
+      "gen throughput (token/s): 3980.12, #queue-req: 2")
+BAD = [
+    "[2026-03-02 08:15:00 TP0] Decode batch, #running-req: 3000000000, #token: 5, "
+    "gen throughput (token/s): 1.0, #queue-req: 0",
+    "[2026-03-02 08:15:00 TP0] Decode batch [99999999999999999999999], #running-req: 3, "
+    "gen throughput (token/s): 1.0, #queue-req: 0",
+    "[2026-03-02 08:15:00 TP0] Decode batch, #running-req: 3, #token: 99999999999999999999999, "
+    "gen throughput (token/s): 1.0, #queue-req: 0",
+    "[2026-03-02 08:15:00 TP0] Decode batch, #running-req: +3, gen throughput (token/s): 1.0, "
+    "#queue-req: 0",
+    "[2026-03-02 08:15:00 TP0] Decode batch, #running-req: 3, gen throughput (token/s): 1e999, "
+    "#queue-req: 0",
+    "[2026-03-02 08:15:00 TP0] Decode batch, #running-req: 3, gen throughput (token/s): 1.0, "
+    "#queue-req: 0, , ",
+    "[2026-03-02 08:15:00 TP0] Decode batch, #running-req: 3, forward iter: inf, "
+    "gen throughput (token/s): 1.0, #queue-req: 0",
+    "[2026-03-02 08:15:00 TP0] Prefill batch, #new-seq: 2147483648, #new-token: 1, "
+    "#queue-req: 0",
+    "[2026-03-02 08:15:00 TP0] server_args={'a': " + "[" * 50_000 + "]" * 50_000 + "}",
+    "[2026-03-02 08:15:00 TP0] server_args=ServerArgs(" + "x=(" * 5000 + ")" * 5000 + ")",
+]
+ODD = ("[2026-03-02 08:15:00 TP0] Decode batch, #running-req: 3, gen throughput (token/s): 1.0, "
+       "#queue-req: 0, odd: 1e999")
+# Lines that are no record at all (skipped, never stored, never fatal).
+NOISE = ["\x00\x01binary\x00 batch", "\xff\xfe Decode batch, #running-req: \xff"]
+
+
+def build_log(path, huge_args: bool = True) -> set[int]:
+    """A log with valid lines interleaved among bad ones; returns the valid decode line numbers."""
+    lines, valid = [], set()
+    for i in range(200):
+        lines.append(OK.format(s=i % 60, r=i % 2, n=i + 1).encode())
+        valid.add(len(lines))
+        if i % 10 == 0:
+            lines.append(BAD[(i // 10) % len(BAD)].encode())
+        if i % 50 == 0:
+            lines.append(NOISE[(i // 50) % 2].encode("latin-1"))
+    for bad in BAD:
+        lines.append(bad.encode())
+    if huge_args:  # a 5 MB server_args line (past the bounded parse), and a 240 KB valid one
+        for n in (400_000, 20_000):
+            args = ", ".join(f"'k{i}': {i}" for i in range(n))
+            lines.append(("[2026-03-02 08:16:00 TP0] server_args={" + args + "}").encode())
+    lines.append(OK.format(s=59, r=0, n=999).encode())
+    valid.add(len(lines))
+    lines.append(ODD.encode())  # an extra key whose value is no finite number: kept as its text
+    valid.add(len(lines))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return valid
+
+
+def decode_lines(db) -> list[int]:
+    with store.reader(db) as con:
+        return [r[0] for r in con.execute("SELECT line_no FROM decode_windows ORDER BY line_no")
+                .fetchall()]
+
+
+def rejected(db) -> dict[int, tuple[str, str]]:
+    with store.reader(db) as con:
+        return {r[0]: (r[1], r[2]) for r in con.execute(
+            "SELECT line_no, reason, field FROM rejected_lines").fetchall()}
+
+
+@pytest.mark.parametrize("fast", ["1", "0"], ids=["fast-path", "python-path"])
+def test_bad_lines_interleaved_store_every_valid_line_exactly_once(tmp_path, db, fast):
+    log = tmp_path / "server.log"
+    valid = build_log(log)
+    env = {**os.environ, "SPECWATCH_NO_FASTSCAN": "0" if fast == "1" else "1"}
+    import subprocess
+    import sys
+    for _ in range(2):  # a re-run stores nothing twice
+        p = subprocess.run([sys.executable, "-m", "specwatch.cli", "ingest", str(log), "--db",
+                            str(db)], capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert "Traceback" not in p.stderr
+        assert decode_lines(db) == sorted(valid)
+    rej = rejected(db)
+    text = log.read_bytes().split(b"\n")
+    for n, line in enumerate(text, 1):
+        if any(line == b.encode() for b in BAD) or len(line) > 1 << 20:
+            assert n in rej, line[:120]
+    reasons = " | ".join(r for r, _ in rej.values())
+    assert "running_req" in reasons and "finite" in reasons and "64-bit" in reasons or \
+        "BIGINT" in reasons, reasons[:2000]
+    with store.reader(db) as con:
+        assert con.execute("SELECT fields FROM decode_windows WHERE fields IS NOT NULL"
+                           ).fetchall() == [('{"odd":"1e999"}',)]
+        # the huge but valid server_args line is a config, stored once
+        assert con.execute("SELECT count(*) FROM server_configs").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM runs WHERE status = 'ok'").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "python-path"])
+def test_a_value_the_store_refuses_falls_back_line_by_line(tmp_path, db, monkeypatch, fast):
+    # Every check before the insert switched off: the insert itself must then fail on the
+    # out-of-range rows, and the chunk is stored line by line with the offenders rejected.
+    monkeypatch.setattr(rows, "row_problem", lambda table, row: None)
+    monkeypatch.setenv("SPECWATCH_NO_FASTSCAN", "0" if fast else "1")
+    log = tmp_path / "server.log"
+    valid = build_log(log, huge_args=False)
+    res = ingest.ingest_paths(db, [str(log)])
+    assert decode_lines(db) == sorted(valid)
+    refused = {n: r for n, (r, _) in rejected(db).items() if r.startswith("the store refused")}
+    lines = log.read_bytes().split(b"\n")
+    assert refused and all(re.search(rb"3000000000|99999999999999999999999|2147483648|: inf",
+                                     lines[n - 1]) for n in refused)
+    assert res[0].rejected == len(rejected(db))
+
+
+def test_the_ingestor_tail_uses_follows_past_bad_lines(tmp_path, db):
+    log = tmp_path / "server.log"
+    ing = ingest.FileIngestor(db, log, "r")
+    log.write_bytes(b"")
+    want = set()
+    with open(log, "ab") as f:
+        for burst in range(6):
+            for i in range(30):
+                f.write((OK.format(s=i, r=0, n=i + 1) + "\n").encode())
+                want.add(burst * 32 + i + 1)
+            f.write((BAD[burst % len(BAD)] + "\n").encode())
+            f.write((BAD[(burst + 3) % len(BAD)] + "\n").encode())
+            f.flush()
+            ing.poll()
+    ing.close()
+    assert decode_lines(db) == sorted(want)
+    assert len(rejected(db)) == 12
+
+
+def _sample(tmp_path):
+    src = SAMPLES / "sglang-0.5.9-dp2-tp8-eagle3.log"
+    plain = tmp_path / "server.log"
+    shutil.copy(src, plain)
+    return plain, src.read_bytes()
+
+
+def test_gzip_and_zstd_logs_store_what_the_plain_log_stores(tmp_path):
+    plain, data = _sample(tmp_path)
+    gz, zst = tmp_path / "server.log.1.gz", tmp_path / "server.log.2.zst"
+    gz.write_bytes(gzip.compress(data))
+    zst.write_bytes(zstandard.ZstdCompressor().compress(data))
+    assert ingest.compression(gz) == "gzip" and ingest.compression(zst) == "zstd"
+    assert ingest.compression(plain) is None
+    counts = []
+    for f in (plain, gz, zst):
+        db = tmp_path / f"{f.name}.duckdb"
+        run_cli("ingest", f, "--db", db)
+        with duckdb.connect(str(db), read_only=True) as con:
+            counts.append(con.execute(
+                "SELECT count(*), sum(accept_len), min(byte_offset), max(line_no) "
+                "FROM decode_windows").fetchone())
+    assert counts[0][0] > 10 and counts[0] == counts[1] == counts[2]
+
+
+def test_compressed_rotation_continues_the_source_it_came_from(tmp_path, db):
+    # logrotate with `compress`: the followed file's unread end ends up in server.log.1.gz
+    plain, data = _sample(tmp_path)
+    half = data[:data.index(b"\n", len(data) // 2) + 1]
+    plain.write_bytes(half)
+    ing = ingest.FileIngestor(db, plain, "r")
+    first = ing.poll()
+    ing.close()
+    gz = tmp_path / "server.log.1.gz"
+    gz.write_bytes(gzip.compress(data))
+    plain.unlink()
+    sib = ingest.FileIngestor(db, gz, "r", known_only=True)
+    second = sib.poll()
+    sib.close()
+    assert first.lines + second.lines == data.count(b"\n")
+    assert second.source_id == first.source_id
+    with store.reader(db) as con:
+        assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 1
+        lines = [r[0] for r in con.execute("SELECT line_no FROM decode_windows").fetchall()]
+    assert len(lines) == len(set(lines)) > 10
+
+
+def test_a_broken_compressed_file_is_a_clear_error(tmp_path, db):
+    _, data = _sample(tmp_path)
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(gzip.compress(data)[:200])
+    with pytest.raises(ingest.IngestError, match=r"cut\.log\.gz: cannot decompress \(gzip\)"):
+        ingest.FileIngestor(db, cut, "r").poll()
+    p = run_cli("ingest", cut, "--db", db, check=False)
+    assert p.returncode == 1 and "cannot decompress" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("content", [
+    b"# specwatch\n\nLog analysis for speculative decoding.\nSee `specwatch ingest`.\n",
+    b"[sweep]\nname = \"x\"\n[[config]]\nname = \"a\"\n",
+    bytes(range(256)) * 64,
+    b"",
+], ids=["readme", "toml", "binary", "empty"])
+def test_a_file_with_no_log_line_is_reported_and_creates_no_run(tmp_path, db, content):
+    f = tmp_path / "notes.txt"
+    f.write_bytes(content)
+    p = run_cli("ingest", f, "--db", db, check=False)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert f"no SGLang or vLLM metric or config lines in {f}; is this a server log?" in p.stderr
+    if db.exists():
+        with duckdb.connect(str(db), read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+            assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 0
+    # beside a real log: reported, exit 0, only the real log's run exists
+    log, _ = _sample(tmp_path)
+    p = run_cli("ingest", f, log, "--db", db)
+    assert "is this a server log?" in p.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT run_id, status FROM runs").fetchall() == [("server.log", "ok")]

@@ -11,6 +11,7 @@ Not for: following files as they grow (see `tail`), or knowing any line format (
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -129,8 +130,16 @@ def find_source(con, path: str, st: os.stat_result, head: bytes,
     while con.execute("SELECT 1 FROM sources WHERE source_id = ?", [source_id]).fetchone():
         salt += 1
         source_id = hashlib.sha1(f"{key}:{salt}".encode()).hexdigest()[:16]
-    return schema.Source(source_id=source_id, path=path, device=st.st_dev, inode=st.st_ino,
-                         fingerprint=fp, fingerprint_len=fp_len, offset_bytes=0, lines_done=0)
+    src = schema.Source(source_id=source_id, path=path, device=st.st_dev, inode=st.st_ino,
+                        fingerprint=fp, fingerprint_len=fp_len, offset_bytes=0, lines_done=0)
+    # Register it now, under the same lock as the lookup above: a second writer identifying this
+    # file a moment later (when its head has grown) then finds this source instead of creating
+    # another one, and the checkpoint's compare-and-set keeps the two from storing a line twice.
+    now = dt.datetime.now()
+    con.execute("INSERT INTO sources (source_id, path, device, inode, fingerprint, fingerprint_len, "
+                "offset_bytes, lines_done, first_seen, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, "
+                "?, ?)", [source_id, path, st.st_dev, st.st_ino, fp, fp_len, now, now])
+    return src
 
 
 @dataclass
@@ -248,6 +257,13 @@ class FileIngestor:
         head = os.pread(self._fh.fileno(), src.fingerprint_len, 0)
         return _fingerprint(head) == src.fingerprint
 
+    def _same_tail(self, src: schema.Source) -> bool:
+        """Does the open file still hold, just before the checkpoint, the bytes last committed?"""
+        if self._tail_of is not src or not self._tail_bytes:
+            return True   # not read yet: matched against tail_fingerprint when identified
+        n = len(self._tail_bytes)
+        return os.pread(self._fh.fileno(), n, src.offset_bytes - n) == self._tail_bytes
+
     def _read(self, src: schema.Source, offset: int, lines_done: int, end: int) -> _Chunk | None:
         """The complete lines from `offset` (at most chunk_bytes unless one line is longer),
         parsed; None when no complete line is there yet."""
@@ -285,8 +301,10 @@ class FileIngestor:
             if self._src is None:
                 return result
         else:
-            # Re-check the fingerprint: the file may have been replaced by one of the same inode.
-            if not self._same_head(self._src):
+            # Re-check the fingerprints on every drain: the file may have been replaced by one of
+            # the same inode, or truncated and regrown past our offset with the same first KB
+            # while we were busy (then only the bytes before the checkpoint tell).
+            if not self._same_head(self._src) or not self._same_tail(self._src):
                 self._src = self._identify()
                 if self._src is None:
                     return result

@@ -33,13 +33,33 @@ def compression(path: str | os.PathLike) -> str | None:
     return None
 
 
+def _open_regular(path: str):
+    """open(path, "rb") for regular files only. Opened non-blocking first, so that a FIFO (or a
+    device) named as a log is refused at once instead of waiting forever for a writer."""
+    import fcntl
+    import stat
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
+            raise IngestError(f"{path}: not a regular file (a FIFO, socket or device); specwatch "
+                              "reads log files, and a pipe would be waited on forever")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_log(path: str | os.PathLike):
     """A binary, seekable file object with the log's text: the file itself, or for a gzip/zstd
     file (`server.log.1.gz`) an anonymous scratch file holding its decompressed bytes. Raises
     IngestError naming the file when it cannot be read or decompressed."""
     path = str(path)
     try:
-        fh = open(path, "rb")
+        fh = _open_regular(path)
     except FileNotFoundError:
         raise IngestError(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -15,8 +15,10 @@ line (the sweep does that).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 TIMEOUT_S = 180  # importing sglang's server_args (and torch, via prepare_server_args) on a busy box
 
@@ -128,3 +130,61 @@ def resolved_fields(python: str, argv: list[str]) -> dict:
     if not res.ok:
         raise FlagError(res.error)
     return res.fields or {}
+
+
+# ----------------------------------------------------------------------------- sweep files
+
+_FLAG_IN_MESSAGE = re.compile(r"(?:unrecognized arguments: |ambiguous option: |argument )(-[-\w]+)")
+
+
+def rejected_flag(message: str) -> str | None:
+    """The flag an argparse message names (`unrecognized arguments: --x`, `ambiguous option: --x
+    could match ...`, `argument --x/--y: invalid ...`), or None."""
+    m = _FLAG_IN_MESSAGE.search(message or "")
+    return m.group(1).split("=", 1)[0] if m else None
+
+
+def locate(path: str, flag: str | None, fallback: str) -> str:
+    """`path:LINE` of the first line of the sweep file that writes `flag` as a quoted string, else
+    `fallback` (the config's own `file:line`)."""
+    if not flag:
+        return fallback
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return fallback
+    pat = re.compile(r"""["']""" + re.escape(flag) + r"""(?:=[^"']*)?["']""")
+    for n, line in enumerate(lines, 1):
+        if pat.search(line.split("#", 1)[0]):
+            return f"{path}:{n}"
+    return fallback
+
+
+def check_sweep(sweep, python: str | None = None) -> int:
+    """For `engine = "sglang"`: parse every config's server command line with the launch
+    interpreter's SGLang parser (one interpreter start for all). Raises FlagError
+    `SWEEP.toml:LINE: config NAME: <SGLang's message>` for the first rejected one; returns how many
+    command lines were checked (0 for the built-in engine). Raises CheckUnavailable when the
+    interpreter cannot run SGLang's parser (not a Python, no sglang there)."""
+    from specwatch import launch
+
+    if sweep.engine != "sglang" or not sweep.configs:
+        return 0
+    python = python or launch.launch_python(sweep.launch_command)
+    if python is None:
+        raise CheckUnavailable(f"launch_command {list(sweep.launch_command or ())} does not start "
+                               "with a Python interpreter, so its SGLang flags cannot be checked")
+    configs, argvs = [], []
+    for c in sweep.configs:
+        try:
+            argvs.append(launch.command(sweep.engine, c, sweep.port or 30000, None,
+                                        sweep.launch_command, sweep.sglang_version))
+            configs.append(c)
+        except launch.LaunchFailed:
+            continue  # measuring it reports this config's own error
+    for c, res in zip(configs, check_many(python, argvs)):
+        if not res.ok:
+            where = locate(sweep.path, rejected_flag(res.error), c.where)
+            raise FlagError(f"{where}: config {c.name}: SGLang's parser ({python}) rejects the "
+                            f"server flags: {res.error}")
+    return len(argvs)

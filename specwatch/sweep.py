@@ -43,7 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from specwatch import launch, store, sweepfile, writer
+from specwatch import launch, sglang_check, store, sweepfile, writer
 from specwatch.measure import (ConfigJob, ConfigResult, RunKey, RunResult, base_row,
                                config_columns, measure_config, run_id, run_name)
 from specwatch.progress import Progress
@@ -407,6 +407,14 @@ def run_sweep_main(sweep_file: str, db: str, out_dir: str, gpus: str | None = No
     progress = progress or Progress()
     for s in sweep.skipped:
         progress.note("skipped", f"{s.description}: {s.reason}")
+    # engine = "sglang": SGLang's own parser (of the launch interpreter) checks every config's
+    # flags before any server starts; a rejected flag stops the sweep with its file:line.
+    try:
+        sglang_check.check_sweep(sweep)
+    except sglang_check.FlagError as exc:
+        raise SweepError(str(exc)) from None
+    except sglang_check.CheckUnavailable as exc:
+        progress.note("flags", f"server flags not checked before launch: {exc}")
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -186,6 +186,196 @@ def garbage_log(path: Path) -> None:
     path.write_bytes(b"\n".join(parts) + b"\n" + good.replace("14:09:45", "14:09:50").encode()[:80])
 
 
+REAL_ARGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_server_args"
+DOCKER_SPLIT = 16 * 1024
+
+
+def _real_args(name: str) -> str:
+    """The `server_args=...` message of a real SGLang ServerArgs (tests/data/real_server_args,
+    produced from the published wheels by scripts/make_real_server_args.py)."""
+    line = (REAL_ARGS / name).read_text().rstrip("\n")
+    return line[line.index("server_args="):]
+
+
+def _docker(stamp: dt.datetime, msg: str) -> list[str]:
+    """`docker logs --timestamps` lines of one message: json-file splits at 16 KiB of message,
+    and each piece is printed with its own RFC3339 timestamp."""
+    raw = msg.encode()
+    pieces = [raw[i:i + DOCKER_SPLIT] for i in range(0, len(raw), DOCKER_SPLIT)] or [b""]
+    out = []
+    for k, piece in enumerate(pieces):
+        t = stamp + dt.timedelta(microseconds=37 * k)
+        out.append(t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z " + piece.decode())
+    return out
+
+
+def sglang_ray_docker_pp_log(path: Path) -> None:
+    """SGLang 0.5.23 under Ray in docker: docker timestamps, the real 18 KB server_args dict split
+    by docker at 16 KiB, `(SGLangEngine pid=41820)` tags in ANSI colour, PP=2 with speculation."""
+    rng = random.Random(11)
+    c = Clock("2026-11-20 10:00:00")
+    lines: list[str] = []
+    tag = "\x1b[36m(SGLangEngine pid=41820)\x1b[0m "
+
+    def emit(msg: str, ray: bool = True) -> None:
+        lines.extend(_docker(c.t, (tag if ray else "") + msg))
+
+    emit(f"[{c.stamp()}] " + _real_args("sglang-0.5.23-dict-eagle3-pp2-tree.txt"))
+    emit(f"[{c.stamp()}] Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.")
+    c.tick(30)
+    emit(f"[{c.stamp()}] The server is fired up and ready to roll!")
+    for w in range(8):
+        c.tick(1.0 + rng.random() * 0.1)
+        for pp in ("PP0", "PP1"):
+            al = rng.gauss(2.6, 0.05)
+            emit(f"[{c.stamp()} {pp} TP0] Decode batch, #running-req: 8, #token: {4096 + 40 * w}, "
+                 f"token usage: 0.02, accept len: {al:.2f}, accept rate: {(al - 1) / 5:.2f}, "
+                 f"cuda graph: True, gen throughput (token/s): {rng.gauss(900, 20):.2f}, #queue-req: 0")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def vllm_dynamic_depth_log(path: Path) -> None:
+    """vLLM (2026, dynamic speculative depth) under kubectl --timestamps: non-default args with a
+    per-batch-size schedule, the engine-config line, throughput and SpecDecoding lines whose depth
+    moves between windows (positions past the depth print 0.000), one window with its optional
+    segments left out."""
+    rng = random.Random(12)
+    t = dt.datetime.fromisoformat("2026-09-04 10:58:01")
+    lines = []
+
+    def emit(proc: str, loc: str, msg: str) -> None:
+        lines.append(t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z "
+                     f"({proc}) INFO {t.strftime('%m-%d %H:%M:%S')} [{loc}] {msg}")
+
+    emit("APIServer pid=1", "utils.py:233", "vLLM API server version 0.26.1")
+    emit("APIServer pid=1", "startup.py:96", "non-default args: {'model': '/models/Qwen3-8B', "
+         "'tensor_parallel_size': 2, 'speculative_config': {'method': 'eagle3', 'model': "
+         "'/models/Qwen3-8B-EAGLE3', 'num_speculative_tokens': 5, "
+         "'num_speculative_tokens_per_batch_size': [(1, 8, 5), (9, 64, 2)]}}")
+    t += dt.timedelta(seconds=19)
+    emit("EngineCore_DP0 pid=212", "core.py:123", "Initializing a V1 LLM engine (v0.26.1) with config: "
+         "model='/models/Qwen3-8B', speculative_config=SpeculativeConfig(method='eagle3', "
+         "model='/models/Qwen3-8B-EAGLE3', num_spec_tokens=5), tokenizer='/models/Qwen3-8B', "
+         "skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, tokenizer_revision=None, "
+         "trust_remote_code=False, dtype=torch.bfloat16, max_seq_len=40960, download_dir=None, "
+         "load_format=auto, tensor_parallel_size=2, pipeline_parallel_size=1, data_parallel_size=1, "
+         "decode_context_parallel_size=1, disable_custom_all_reduce=False, quantization=None, "
+         "enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, seed=0, "
+         "served_model_name=/models/Qwen3-8B, enable_prefix_caching=True, enable_chunked_prefill=True, "
+         "pooler_config=None, compilation_config={\"level\":3,\"cudagraph_capture_sizes\":[16, 8, 4, 2, 1]}")
+    for w in range(10):
+        t += dt.timedelta(seconds=10)
+        depth = 5 if w < 5 else 2
+        rates = [max(0.0, 0.85 - 0.15 * i + rng.gauss(0, 0.01)) if i < depth else 0.0 for i in range(5)]
+        drafts = 100 + rng.randint(0, 20)
+        accepted = int(sum(rates) * drafts)
+        drafted = drafts * depth
+        emit("APIServer pid=1", "loggers.py:259", f"Engine 000: Avg prompt throughput: {rng.uniform(50, 90):.1f} tokens/s, "
+             f"Avg generation throughput: {rng.uniform(300, 400):.1f} tokens/s, Running: {8 if w < 5 else 32} reqs, "
+             f"Waiting: 0 reqs, GPU KV cache usage: {rng.uniform(2, 5):.1f}%, Prefix cache hit rate: 0.0%")
+        if w == 7:
+            emit("APIServer pid=1", "metrics.py:125", f"SpecDecoding metrics: Mean acceptance length: "
+                 f"{1 + accepted / drafts:.2f}, Current speculative depth: {depth}, Accepted throughput: "
+                 f"{accepted / 10:.2f} tokens/s, Drafted throughput: {drafted / 10:.2f} tokens/s, "
+                 f"Avg Draft acceptance rate: {100 * accepted / drafted:.1f}%")
+            continue
+        emit("APIServer pid=1", "metrics.py:125", f"SpecDecoding metrics: Mean acceptance length: "
+             f"{1 + accepted / drafts:.2f}, Current speculative depth: {depth}, Accepted throughput: "
+             f"{accepted / 10:.2f} tokens/s, Drafted throughput: {drafted / 10:.2f} tokens/s, "
+             f"Accepted: {accepted} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: "
+             + ", ".join(f"{r:.3f}" for r in rates) + f", Avg Draft acceptance rate: {100 * accepted / drafted:.1f}%")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def sglang_0512_real_args_log(path: Path) -> None:
+    """SGLang 0.5.12 with its real ServerArgs repr (which holds `batch_notify_size` and
+    `pp_async_batch_depth`: issue 18's dropped line), EAGLE-3 decode lines of that era."""
+    rng = random.Random(13)
+    c = Clock("2026-05-20 10:00:00")
+    lines = [f"[{c.stamp()}] " + _real_args("sglang-0.5.12-repr-eagle.txt")]
+    lines.append(f"[{c.stamp()}] Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.")
+    c.tick(25)
+    lines.append(f"[{c.stamp()}] The server is fired up and ready to roll!")
+    for w in range(6):
+        c.tick(1.1)
+        al = rng.gauss(3.0, 0.05)
+        lines.append(f"[{c.stamp()} TP0] Decode batch, #running-req: 4, #token: {2048 + 30 * w}, token usage: 0.01, "
+                     f"accept len: {al:.2f}, accept rate: {(al - 1) / 3:.2f}, cuda graph: True, "
+                     f"gen throughput (token/s): {rng.gauss(700, 15):.2f}, #queue-req: 0")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def sglang_dspark_simulated_log(path: Path) -> None:
+    """SGLang 0.5.23 DSPARK (real server_args dict, block size 8) launched with
+    SGLANG_SIMULATE_ACC_LEN: the launch line carries the env, decode lines print cap len and
+    block accept len."""
+    rng = random.Random(14)
+    c = Clock("2026-11-21 09:00:00")
+    lines = ["specwatch: launching env SGLANG_SIMULATE_ACC_LEN=3.5 python -m sglang.launch_server "
+             "--model-path /models/Qwen3-8B --speculative-algorithm DSPARK "
+             "--speculative-draft-model-path /models/draft --speculative-dspark-block-size 8",
+             f"[{c.stamp()}] " + _real_args("sglang-0.5.23-dict-dspark.txt")]
+    c.tick(20)
+    lines.append(f"[{c.stamp()}] The server is fired up and ready to roll!")
+    for w in range(6):
+        c.tick(1.0)
+        lines.append(f"[{c.stamp()}] Decode batch, #running-req: 8, #token: {8192 + 64 * w}, token usage: 0.04, "
+                     f"accept len: 3.50, accept rate: 0.36, cap len: {rng.gauss(4.2, 0.05):.2f}, "
+                     f"block accept len: {rng.gauss(3.8, 0.05):.2f}, cuda graph: True, "
+                     f"gen throughput (token/s): {rng.gauss(1200, 25):.2f}, #queue-req: 0")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def pasted_report_log(path: Path) -> None:
+    """What people paste into issues and reports: markdown table rows and backticks around log
+    lines, bare lines with the prefix cut off, records hard-wrapped at 100 columns, logging-style
+    rank brackets, other engines' lookalike lines, a traceback's last line and an argparse error,
+    and a wrapped record whose continuation never came (rejected, not stored as a record)."""
+    dec = ("[2026-06-07 10:59:31 TP0] Decode batch, #running-req: 16, #token: 30112, token usage: 0.14, "
+           "accept len: 3.27, accept rate: 0.57, cuda graph: True, gen throughput (token/s): 2210.48, #queue-req: 0")
+    spec = ("(APIServer pid=1) INFO 06-07 04:22:04 [metrics.py:125] SpecDecoding metrics: Mean acceptance "
+            "length: 3.00, Current speculative depth: 5, Accepted throughput: 0.13 tokens/s, Drafted "
+            "throughput: 0.32 tokens/s, Accepted: 14 tokens, Drafted: 35 tokens, Per-position acceptance "
+            "rate: 0.714, 0.429, 0.286, 0.286, 0.286, Avg Draft acceptance rate: 40.0%")
+
+    def wrap(text: str, width: int = 100) -> list[str]:
+        return [text[i:i + width] for i in range(0, len(text), width)]
+
+    lines = [
+        "## Repro",
+        "",
+        "| time | process | line |",
+        "|---|---|---|",
+        "| 04:22:04.341 | APIServer | `Engine 000: Avg prompt throughput: 9.1 tokens/s, Avg generation throughput: 2.1 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%` |",
+        "| 04:22:04.341 | APIServer | `SpecDecoding metrics: Mean acceptance length: 3.00, Current speculative depth: 5, Accepted throughput: 0.13 tokens/s, Drafted throughput: 0.32 tokens/s, Accepted: 14 tokens, Drafted: 35 tokens, Per-position acceptance rate: 0.714, 0.429, 0.286, 0.286, 0.286, Avg Draft acceptance rate: 40.0%` |",
+        "",
+        "The scheduler printed `" + dec.replace("14:14", "14:14") + "` and then slowed down.",
+        "",
+        "Engine 000: Avg prompt throughput: 120.4 tokens/s, Avg generation throughput: 880.2 tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.1%, Prefix cache hit rate: 41.7%",
+        "INFO 1234 [DP3 TP3 EP3 scheduler_metrics_mixin.py:222] Decode batch, #running-req: 12, #token: 20480, token usage: 0.09, accept len: 2.74, accept rate: 0.58, cuda graph: True, gen throughput (token/s): 1404.20, #queue-req: 0",
+        "2026-06-07 10:59:31,659 INFO scheduler_metrics_mixin.py:222: Decode batch, #running-req: 2, #token: 600, token usage: 0.00, cuda graph: True, gen throughput (token/s): 80.00, #queue-req: 0",
+        "",
+        "Wrapped at 100 columns by the issue form:",
+        "",
+        *wrap(dec.replace("10:59:31", "10:59:32")),
+        *wrap(spec),
+        "",
+        "Lookalikes from other engines in the same report:",
+        "[2026-08-01 12:00:00] Decode batch. #dp-rank: 0, #running-req: 8, avg_seq_len: 812.5, #pages(active/cached/total): 120/40/4096, page ratio: 0.03, gen throughput (token/s): 640.20, avg_accept_len: 2.61, accept_rate: 0.54, #queue-req: 0",
+        "(APIServer pid=1) INFO 09-04 11:01:16 [metrics.py:160] SpecDecoding timing (mean ms/step over 40 steps): target_forward: 12.310, draft_total: 3.220, verify: 0.410, sample: 0.120, per-position draft: [0.800, 0.790, 0.810]",
+        "",
+        "And the server that never started:",
+        "launch_server.py: error: argument --speculative-algorithm: invalid choice: 'EAGLE4' (choose from 'EAGLE', 'EAGLE3', 'NEXTN', 'STANDALONE', 'NGRAM')",
+        "ModuleNotFoundError: No module named 'sgl_kernel'",
+        "",
+        "Cut off by the paste (its continuation never came):",
+        dec.replace("10:59:31", "10:59:33")[:120],
+        "",
+        "(end of report)",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=DRAFT)
@@ -225,6 +415,12 @@ def main() -> None:
                                     speculative_num_draft_tokens=4))
     vllm_log(OUT / "vllm-0.11-eagle3.log")
     garbage_log(OUT / "garbage.log")
+    # 2026 formats and the ways logs reach us (issue 15, 18)
+    sglang_ray_docker_pp_log(OUT / "sglang-0.5.23-ray-docker-pp2-eagle3.log")
+    vllm_dynamic_depth_log(OUT / "vllm-0.26-dynamic-depth-k8s.log")
+    sglang_0512_real_args_log(OUT / "sglang-0.5.12-real-server-args.log")
+    sglang_dspark_simulated_log(OUT / "sglang-0.5.23-dspark-simulated.log")
+    pasted_report_log(OUT / "pasted-issue-report.log")
 
 
 if __name__ == "__main__":

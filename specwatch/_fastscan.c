@@ -41,10 +41,14 @@ enum { P_USAGE, P_INPUT, P_HIT, P_NF64 };
 enum { G_FLAG, G_DEV };
 enum { S_TS, S_RANK, S_FIELDS, S_N };
 
+/* Every header specwatch.parse routes by (parse.ANCHORS, tests/test_parse.py checks they agree):
+ * a line holding one of these and not taken here goes to the Python parser. */
 static const char *ANCHORS[] = {" batch", "server_args=", "metrics: ", "Avg prompt throughput:",
                                 "fired up and ready to roll", "Initialization failed.",
                                 "Scheduler hit an exception", "KV cache pool is full",
-                                "Received sigquit", NULL};
+                                "Received sigquit", "Initializing a V1 LLM engine",
+                                "non-default args:", "SpecDecoding timing",
+                                "SGLANG_SIMULATE_ACC_LEN=", "Error: ", ": error: ", NULL};
 
 #define MAX_RESERVED 128
 static char reserved[MAX_RESERVED][64];

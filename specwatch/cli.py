@@ -73,7 +73,7 @@ def parse_cmd(files, fmt, all_kinds):
 
     Example: specwatch parse server.log --format jsonl | head
     """
-    from specwatch import ingest, parse
+    from specwatch import ingest, parse, reassemble
 
     paths, problems = ingest.expand_paths(list(files))
     for p in problems:
@@ -89,14 +89,11 @@ def parse_cmd(files, fmt, all_kinds):
         read_any = True
         bad = []
         with fh:
-            for line_no, raw in enumerate(fh, 1):
-                if not raw.endswith(b"\n"):
-                    break  # an incomplete last line is not parsed until it is complete
-                _, got, valid = ingest.parse_raw(raw)
+            # hard-wrapped records are joined first; an incomplete last line waits
+            for lg, valid in reassemble.parse_stream(fh):
+                line_no, got = lg.line_no, lg.result
                 if not valid:
                     bad.append(line_no)
-                if got is None:
-                    continue
                 if isinstance(got, parse.Rejected):
                     if all_kinds:
                         obj = {"file": str(path), "line_no": line_no, "kind": "rejected",

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def _t(sql: str):
@@ -134,6 +134,8 @@ class _SglangRow(_LineRow):
     ts: dt.datetime = _t("TIMESTAMP")       # local time as printed, no zone
     ts_text: str = _t("VARCHAR")
     rank: str = _t("VARCHAR")               # tags as printed, "" = none
+    outer_ts_text: str = _t("VARCHAR")      # docker/k8s RFC3339 timestamp before the prefix
+    process: str = _t("VARCHAR")            # Ray actor / process tag, e.g. SGLangEngine pid=41820
     dp_rank: int = _t("INTEGER")
     tp_rank: int = _t("INTEGER")
     pp_rank: int = _t("INTEGER")
@@ -183,13 +185,16 @@ class VllmSpecWindow(_LineRow):
 
     ts_text: str = _t("VARCHAR")            # vLLM prints no year
     process: str = _t("VARCHAR")
+    outer_ts_text: str = _t("VARCHAR")      # docker/k8s RFC3339 timestamp before the prefix
     mean_acceptance_length: float = _t("DOUBLE")
     accepted_tokens: int = _t("BIGINT")
     drafted_tokens: int = _t("BIGINT")
     draft_acceptance_rate_pct: float = _t("DOUBLE")
     accepted_throughput_tok_s: float = _t("DOUBLE")
     drafted_throughput_tok_s: float = _t("DOUBLE")
-    per_position_acceptance_rate: list = _t("DOUBLE[]")
+    per_position_acceptance_rate: list = _t("DOUBLE[]")  # cut at spec_depth where printed
+    spec_depth: int = _t("INTEGER")         # `Current speculative depth` (dynamic depth builds)
+    per_position_drafted_tokens: list = _t("INTEGER[]")  # per-position denominators, if printed
     emitted_tokens: int = _t("BIGINT")
     num_speculative_tokens: int = _t("INTEGER")
     system_efficiency: float = _t("DOUBLE")
@@ -202,6 +207,7 @@ class VllmThroughputWindow(_LineRow):
 
     ts_text: str = _t("VARCHAR")
     process: str = _t("VARCHAR")
+    outer_ts_text: str = _t("VARCHAR")
     engine: str = _t("VARCHAR")
     avg_prompt_throughput_tok_s: float = _t("DOUBLE")
     avg_generation_throughput_tok_s: float = _t("DOUBLE")
@@ -232,6 +238,15 @@ class ServerConfig(_LineRow):
     decode_log_interval: int = _t("INTEGER")
     disable_cuda_graph: bool = _t("BOOLEAN")
     sglang_version: str = _t("VARCHAR")
+    # vLLM too (`vllm_engine_config` / `vllm_args` lines): see parse.derived_columns
+    ts_text: str = _t("VARCHAR")
+    process: str = _t("VARCHAR")
+    config_kind: str = _t("VARCHAR")        # server_args | vllm_engine_config | vllm_args
+    engine_name: str = _t("VARCHAR")        # sglang | vllm
+    engine_version: str = _t("VARCHAR")
+    speculative_block_size: int = _t("INTEGER")   # DFLASH / DSPARK block size
+    speculative_dynamic: str = _t("VARCHAR")      # "adaptive" (SGLang) or vLLM's schedule JSON
+    simulated: bool = _t("BOOLEAN")         # synthetic acceptance (vLLM); SGLang: `simulated` event
     args: str = _t("JSON")
 
 
@@ -320,6 +335,8 @@ KIND_TABLE = {
     "vllm_spec_decode": "vllm_spec_windows",
     "vllm_throughput": "vllm_throughput_windows",
     "server_args": "server_configs",
+    "vllm_engine_config": "server_configs",
+    "vllm_args": "server_configs",
 }
 
 

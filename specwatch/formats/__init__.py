@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 FORMATS_FILE = Path(__file__).with_name("lines.toml")
-TYPES = ("int", "float", "bool", "pct", "float_list", "str")
+TYPES = ("int", "float", "bool", "pct", "float_list", "int_list", "str")
 
 
 class FormatError(ValueError):
@@ -34,6 +34,7 @@ class Sample:
     text: str
     expect: dict
     note: str = ""
+    kind: str | None = None     # [[other]] and [[lookalike]] samples name their kind
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class Formats:
     lines: dict[str, LineFormat]
     noise: tuple[str, ...]
     malformed: tuple[tuple[str, str], ...]  # (text, reason fragment)
+    # non-metric kinds (config, events) with their expected parse, and lookalike formats of
+    # other engines that must be rejected as their own kind (expect = {reason = fragment})
+    other: tuple[Sample, ...] = ()
+    lookalike: tuple[Sample, ...] = ()
 
 
 def _line_format(raw: dict, where: str) -> LineFormat:
@@ -91,4 +96,8 @@ def load(path: Path = FORMATS_FILE) -> Formats:
         lines[fmt.kind] = fmt
     noise = tuple(n["text"] for n in data.get("noise", []))
     malformed = tuple((m["text"], m["reason"]) for m in data.get("malformed", []))
-    return Formats(lines, noise, malformed)
+    other = tuple(Sample(o["text"], o.get("expect", {}), o.get("note", ""), o["kind"])
+                  for o in data.get("other", []))
+    look = tuple(Sample(o["text"], {"reason": o["reason"]}, o.get("note", ""), o["kind"])
+                 for o in data.get("lookalike", []))
+    return Formats(lines, noise, malformed, other, look)

@@ -73,7 +73,8 @@ def free_port(avoid: set[int] = frozenset(), host: str = HOST) -> int:
     side ports (configs running in parallel)."""
     taken = set().union(*(side_ports(a) for a in avoid)) if avoid else set()
     lo_e, hi_e = ephemeral_range()
-    candidates = [p for p in range(PORT_LOW, PORT_HIGH + 1) if not lo_e <= p <= hi_e]
+    top = max(SIDE_OFFSETS)
+    candidates = [p for p in range(PORT_LOW, PORT_HIGH + 1) if p + top < lo_e or p > hi_e]
     if not candidates:              # the whole range is ephemeral: any port will do
         candidates = list(range(1024, 65535 - 240))
     for port in random.sample(candidates, min(200, len(candidates))):

@@ -39,6 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _provenance  # noqa: E402
 
+sys.path.append(str(_provenance.ROOT))  # after PYTHONPATH: a side-by-side baseline's code wins
+
 from specwatch.engine.decode import Request, SpecDecoder  # noqa: E402
 from specwatch.engine.train import line_start_prompts, load_corpus  # noqa: E402
 

@@ -26,6 +26,7 @@ import time
 import torch
 
 from kernels import ops
+from kernels.select_tree import DraftTree
 from specwatch.engine.model import KVView, attention_mask
 
 BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)  # SGLang's small-bs list
@@ -47,9 +48,12 @@ def spec_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
     seq_lens, verified, slots = inp[0], inp[1], inp[2]
     K, S, N = dec.topk, dec.num_steps, dec.num_draft_tokens
     B, dev, cap = seq_lens.shape[0], inp.device, dec.kv_capacity
-    parent_list, top_idx, draft_tokens = dec._draft_tree(
-        dec._st_p[slots], dec._st_i[slots], dec._st_h[slots], seq_lens, cap, slots, rng, static=True)
-    tree = ops.build_tree_device(verified, parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
+    if K == 1 and N == S + 1:
+        tree = _chain_tree(dec, verified, seq_lens, slots, rng)
+    else:
+        parent_list, top_idx, draft_tokens = dec._draft_tree(
+            dec._st_p[slots], dec._st_i[slots], dec._st_h[slots], seq_lens, cap, slots, rng, static=True)
+        tree = ops.build_tree_device(verified, parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
     # Verify: node n at cache position seq_len + n, RoPE position seq_len + depth.
     kv = KVView(dec._tk, dec._tv, slots, seq_lens[:, None] + torch.arange(N, device=dev), cap,
                 attention_mask(seq_lens, cap, tree.tree_mask), rng)
@@ -76,6 +80,30 @@ def spec_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
     p, idx = ops.draft_topk(dlogits[ar, acc_len], K, dec.hot)
     dec._st_p[slots], dec._st_i[slots], dec._st_h[slots] = p, idx, h[ar, acc_len]
     return torch.cat([acc_len[:, None], toks], dim=1)
+
+
+def _chain_tree(dec, verified, seq_lens, slots, rng) -> DraftTree:
+    """The draft loop + tree of a chain (topk 1, N = S+1) without the generic selection: with one
+    lane per step, select_top_k_tokens only forwards the token and hidden, `organize` keeps every
+    node in step order (N-1 = S: scores cannot reorder them) and the tree is the chain 0-1-..-S.
+    Same draft forwards, masks and top-k as `_draft_tree`, so the same tokens bit for bit; fewer
+    kernels (the per-step overhead is what a launch-bound speculative step pays)."""
+    S, B, dev, cap = dec.num_steps, seq_lens.shape[0], seq_lens.device, dec.kv_capacity
+    tok, hidden = dec._st_i[slots], dec._st_h[slots][:, None]  # [B, 1], [B, 1, d]
+    tokens = [tok]
+    for i in range(S - 1):  # step i: draft position seq_len + i, its KV at seq_len + i
+        local = torch.ones(1, 1, i + 1, dtype=torch.bool, device=dev)
+        kv = KVView(dec._dk, dec._dv, slots, (seq_lens + i)[:, None], cap, attention_mask(seq_lens, cap, local), rng)
+        logits, hidden = dec.draft(dec.target.embed_tokens(tok), hidden, (seq_lens + i)[:, None], kv)
+        tok = ops.draft_topk(logits[:, 0], 1, dec.hot)[1]
+        tokens.append(tok)
+    n = torch.arange(S + 1, device=dev)
+    nxt = torch.where(n < S, n + 1, -1).expand(B, S + 1)
+    return DraftTree(
+        tree_mask=(n[:, None] >= n[None, :]).expand(B, S + 1, S + 1),
+        positions=seq_lens[:, None] + n, retrive_index=torch.arange(B * (S + 1), device=dev).view(B, S + 1),
+        retrive_next_token=nxt, retrive_next_sibling=torch.full_like(nxt, -1),
+        draft_token=torch.cat([verified[:, None]] + tokens, dim=1), depth=n.expand(B, S + 1))
 
 
 class _Entry:
@@ -116,10 +144,15 @@ class GraphRunner:
 
     @torch.inference_mode()
     def capture_all(self) -> int:
-        """Capture every bucket's dense graph now (call with no request running). Returns the count."""
+        """Capture both variants of every bucket now (call with no request running), so that no
+        step pays a capture later. Returns the number of graphs."""
         for bs in self.buckets:
-            self._entry(bs, True)
+            for dense in (True, False):
+                self._entry(bs, dense)
         return len(self._entries)
+
+    def _wait(self) -> None:
+        torch.cuda.current_stream(self.dec.device).synchronize()
 
     def _entry(self, bs: int, dense: bool) -> _Entry:
         key = (bs, dense)
@@ -163,7 +196,7 @@ class GraphRunner:
         e.inp.copy_(e.host_in, non_blocking=True)
         e.graph.replay()
         e.host_out.copy_(e.out, non_blocking=True)
-        torch.cuda.current_stream(self.dec.device).synchronize()  # the step's one device->host wait
+        self._wait()  # the step's one device->host wait
         return e.host_out[:B].tolist()
 
     def replay_seconds(self, bs: int, iters: int = 50) -> float:

@@ -210,22 +210,25 @@ FROM grouped
 #                         tokens / verify steps): weights every request equally, so short or easy
 #                         requests pull it around; vLLM's per-request averages are of this kind.
 #   accept_rate         = mean over repeats of config_summary.accept_rate.
-#   speedup             = mean_s / mean_b: the group's mean client tok/s over its baseline's
-#                         (`speedup_basis` = 'client'); when either side has no client numbers
-#                         (ingested logs) the server log's gen throughput instead ('server-log').
-#   speedup_ci_low/high = a log-ratio Welch t interval (95 %):
-#                           v_x  = sd_x² / (n_x · mean_x²)     (delta-method variance of log mean_x)
-#                           se   = sqrt(v_s + v_b)
-#                           df   = (v_s + v_b)² / (v_s² / (n_s − 1) + v_b² / (n_b − 1))  (Welch)
-#                           ci   = speedup · exp(∓ t(0.975, floor(df)) · se)
-#                         Why this and not a bootstrap: with 3 repeats a bootstrap has only 10
-#                         distinct resamples and its percentile interval is far too narrow; the
-#                         t interval is honest at small n. Why log scale: tok/s is positive and its
-#                         noise multiplicative, the interval stays positive and contains the point
-#                         estimate by construction. Unpaired (Welch), because repeats of a config
-#                         and of its baseline are not guaranteed to pair up (other sweeps, other
-#                         numbers of repeats); interleaving still cancels drift in the means.
-#                         NULL with fewer than 2 repeats on either side.
+#   speedup             = exp(mean ln x_i − mean ln y_i): the ratio of the geometric mean client
+#                         tok/s of the group (x) and of its baseline (y) (`speedup_basis` =
+#                         'client'); when either side has no client numbers (ingested logs), of the
+#                         server log's gen throughput ('server-log'). Geometric, because tok/s
+#                         noise is multiplicative and a ratio of geometric means is the summary of
+#                         ratios that does not depend on which side is the reference.
+#   speedup_ci_low/high = a 95 % t interval on the log scale, exp'd back (`speedup_method`):
+#     'paired'  (same-sweep baseline, every repeat i of both sides measured): the sweep runs
+#               repeat i of every config in one interleaved block, so drift between blocks is
+#               shared; d_i = ln x_i − ln y_i, se = sd(d) / sqrt(n), df = n − 1.
+#     'welch'   (otherwise: another sweep's baseline, unequal repeats, server-log basis):
+#               v_x = sd(ln x)² / n_x, v_y likewise, se = sqrt(v_x + v_y),
+#               df = (v_x + v_y)² / (v_x² / (n_x − 1) + v_y² / (n_y − 1))   (Welch-Satterthwaite)
+#     ci = speedup · exp(∓ t(0.975, floor(df)) · se); NULL with fewer than 2 repeats on a side
+#               (floor after adding 1e-9, so that a df of 4 computed as 3.9999999 stays 4).
+#                         Why not a bootstrap: with 3 repeats it has only 10 distinct resamples and
+#                         its percentile interval is far too narrow; the t interval is honest at
+#                         small n. The log scale keeps the interval positive and around its point
+#                         estimate by construction.
 #   verdict             = 'pays' when speedup_ci_low > 1, 'loses' when speedup_ci_high < 1,
 #                         'unclear' otherwise (interval contains 1, fewer than 2 repeats, no
 #                         comparable baseline); 'baseline' for a baseline's own row (speedup 1);
@@ -378,8 +381,26 @@ WITH per AS (
     avg(ttft_ms_p99) FILTER (WHERE {OK}) AS ttft_ms_p99_mean,
     avg(itl_ms_p50) FILTER (WHERE {OK}) AS itl_ms_p50_mean,
     avg(itl_ms_p99) FILTER (WHERE {OK}) AS itl_ms_p99_mean,
-    string_agg(DISTINCT failure_reason, '; ') AS failure_reasons
+    string_agg(DISTINCT failure_reason, '; ') AS failure_reasons,
+    -- log scale: tok/s noise is multiplicative; speedups are ratios of geometric means
+    avg(ln(output_tok_s)) FILTER (WHERE {OK} AND output_tok_s > 0) AS log_tok_s_mean,
+    stddev_samp(ln(output_tok_s)) FILTER (WHERE {OK} AND output_tok_s > 0) AS log_tok_s_sd,
+    avg(ln(gen_throughput_tok_s)) FILTER (WHERE {OK} AND gen_throughput_tok_s > 0) AS log_gen_mean,
+    stddev_samp(ln(gen_throughput_tok_s)) FILTER (WHERE {OK} AND gen_throughput_tok_s > 0)
+      AS log_gen_sd
   FROM run_metrics GROUP BY group_id
+), pairs AS (
+  -- repeat i of a config and repeat i of its same-sweep baseline ran in the same interleaved
+  -- block (same concurrency and repeat index): d_i = ln x_i − ln y_i
+  SELECT x.group_id, count(*) AS pairs, avg(ln(x.output_tok_s) - ln(y.output_tok_s)) AS d_mean,
+    stddev_samp(ln(x.output_tok_s) - ln(y.output_tok_s)) AS d_sd
+  FROM (SELECT DISTINCT group_id, run_id, repeat_idx, output_tok_s FROM run_metrics
+        WHERE {OK} AND output_tok_s > 0) x
+  JOIN group_baselines gb ON gb.group_id = x.group_id AND gb.baseline_match = 'same-sweep'
+  JOIN (SELECT DISTINCT group_id, run_id, repeat_idx, output_tok_s FROM run_metrics
+        WHERE {OK} AND output_tok_s > 0) y
+    ON y.group_id = gb.baseline_group_id AND y.repeat_idx = x.repeat_idx
+  GROUP BY x.group_id
 ), s AS (
   SELECT g.*, per.* EXCLUDE (group_id), gb.baseline_group_id, gb.differing_baseline_group_id,
     gb.baseline_match,
@@ -396,47 +417,50 @@ WITH per AS (
     b.output_tok_s_mean AS baseline_output_tok_s_mean, b.repeats AS baseline_repeats,
     b.gen_throughput_tok_s_mean AS baseline_gen_throughput_tok_s_mean,
     b.gen_repeats AS baseline_gen_repeats,
-    -- the basis' (mean, sd, n) of this group (x) and of its baseline (y)
-    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.output_tok_s_mean
-         ELSE s.gen_throughput_tok_s_mean END AS mx,
-    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.output_tok_s_sd
-         ELSE s.gen_throughput_tok_s_sd END AS sx,
+    p.pairs, p.d_mean, p.d_sd,
+    -- the basis' (log mean, log sd, n) of this group (x) and of its baseline (y)
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.log_tok_s_mean ELSE s.log_gen_mean END AS lx,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.log_tok_s_sd ELSE s.log_gen_sd END AS sx,
     CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.repeats ELSE s.gen_repeats END AS nx,
-    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.output_tok_s_mean
-         ELSE b.gen_throughput_tok_s_mean END AS my,
-    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.output_tok_s_sd
-         ELSE b.gen_throughput_tok_s_sd END AS sy,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.log_tok_s_mean ELSE b.log_gen_mean END AS ly,
+    CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.log_tok_s_sd ELSE b.log_gen_sd END AS sy,
     CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN b.repeats ELSE b.gen_repeats END AS ny
   FROM s LEFT JOIN s b ON b.group_id = s.baseline_group_id
+  LEFT JOIN pairs p ON p.group_id = s.group_id
 ), v AS (
   SELECT *,
-    CASE WHEN is_baseline AND speedup_basis IS NOT NULL THEN 1.0
-         ELSE mx / nullif(my, 0) END AS speedup,
-    pow(sx, 2) / (nx * pow(nullif(mx, 0), 2)) AS var_log_x,
-    pow(sy, 2) / (ny * pow(nullif(my, 0), 2)) AS var_log_y
+    CASE WHEN is_baseline OR lx IS NULL OR ly IS NULL OR nx < 2 OR ny < 2 THEN NULL
+         WHEN speedup_basis = 'client' AND pairs = nx AND pairs = ny THEN 'paired'
+         ELSE 'welch' END AS speedup_method,
+    pow(sx, 2) / nx AS var_x, pow(sy, 2) / ny AS var_y
   FROM j
 ), ci AS (
   SELECT *,
-    sqrt(var_log_x + var_log_y) AS speedup_log_se,
-    CASE WHEN var_log_x + var_log_y > 0
-         THEN pow(var_log_x + var_log_y, 2)
-              / (pow(var_log_x, 2) / (nx - 1) + pow(var_log_y, 2) / (ny - 1)) END AS speedup_df
+    CASE WHEN is_baseline AND speedup_basis IS NOT NULL THEN 1.0
+         ELSE exp(lx - ly) END AS speedup,
+    CASE speedup_method WHEN 'paired' THEN d_sd / sqrt(pairs)
+                        WHEN 'welch' THEN sqrt(var_x + var_y) END AS speedup_log_se,
+    CASE speedup_method WHEN 'paired' THEN pairs - 1
+         WHEN 'welch' THEN CASE WHEN var_x + var_y > 0 THEN pow(var_x + var_y, 2)
+                                / (pow(var_x, 2) / (nx - 1) + pow(var_y, 2) / (ny - 1)) END
+    END AS speedup_df
   FROM v
 ), bounds AS (
   SELECT *,
     CASE WHEN is_baseline THEN speedup
-         WHEN speedup IS NULL OR nx < 2 OR ny < 2 THEN NULL
+         WHEN speedup_method IS NULL THEN NULL
          WHEN speedup_log_se = 0 THEN speedup
-         ELSE speedup * exp(-{t975_sql('floor(speedup_df)')} * speedup_log_se) END
+         ELSE speedup * exp(-{t975_sql('floor(speedup_df + 1e-9)')} * speedup_log_se) END
       AS speedup_ci_low,
     CASE WHEN is_baseline THEN speedup
-         WHEN speedup IS NULL OR nx < 2 OR ny < 2 THEN NULL
+         WHEN speedup_method IS NULL THEN NULL
          WHEN speedup_log_se = 0 THEN speedup
-         ELSE speedup * exp({t975_sql('floor(speedup_df)')} * speedup_log_se) END
+         ELSE speedup * exp({t975_sql('floor(speedup_df + 1e-9)')} * speedup_log_se) END
       AS speedup_ci_high
   FROM ci
 )
-SELECT * EXCLUDE (mx, sx, nx, my, sy, ny, var_log_x, var_log_y),
+SELECT * EXCLUDE (lx, sx, nx, ly, sy, ny, var_x, var_y, d_mean, d_sd, log_tok_s_mean,
+                 log_tok_s_sd, log_gen_mean, log_gen_sd),
   CASE WHEN is_baseline THEN 'baseline'
        WHEN runs_with_throughput = 0 AND runs_failed > 0 THEN 'failed'
        WHEN speedup_ci_low > 1 THEN 'pays'

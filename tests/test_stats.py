@@ -4,6 +4,7 @@ reads it (terminal width, --wide, --format json/csv) through the real CLI.
 
 Every expected number below is computed by hand from the inputs (the arithmetic is in the
 comments), not by the code under test. t quantiles: t(0.975, 2) = 4.3027, t(0.975, 4) = 2.7764.
+Logs are natural logs.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def known_db(tmp_path_factory):
         ingest.ingest_paths(db, [str(log)], run=f"syn/fast/c1/r{rep}")
     with store.writer(db) as con:
         plan = {  # (sweep, config, concurrency): client tok/s per repeat
-            ("syn", "baseline", 1): [100, 110, 90], ("syn", "fast", 1): [150, 165, 135],
+            ("syn", "baseline", 1): [100, 110, 90], ("syn", "fast", 1): [150, 176, 135],
             ("syn", "slow", 1): [50, 55, 45], ("syn", "noisy", 1): [80, 120, 130],
             ("syn", "baseline", 4): [200, 220, 180], ("syn", "fast", 4): [400, 440, 360],
             ("syn", "slow", 4): [100, 110, 90],
@@ -127,39 +128,46 @@ def test_tok_s_mean_median_ci_cv_on_known_data(stats):
     assert n["output_tok_s_cv"] == pytest.approx(26.4575 / 110, abs=1e-5)
 
 
-def test_speedup_log_ratio_welch_interval_on_known_data(stats):
+def test_speedup_paired_and_welch_intervals_on_known_data(stats):
     f = stats[("syn", "fast", 1)]
-    # 150/100 = 1.5; v = 0.1²/3 each, se = sqrt(2 * 0.01 / 3) = 0.0816497; Welch df =
-    # (2v)² / (2 v² / 2) = 4 -> t 2.7764; t·se = 0.226692; exp(∓0.226692) = 0.797165 / 1.254446
-    assert f["speedup"] == pytest.approx(1.5)
-    assert f["speedup_df"] == pytest.approx(4.0)
-    assert f["speedup_ci_low"] == pytest.approx(1.195748, abs=1e-4)
-    assert f["speedup_ci_high"] == pytest.approx(1.881669, abs=1e-4)
+    # same sweep, repeats 0..2 on both sides: paired. x / y = 150/100, 176/110, 135/90 =
+    # 1.5, 1.6, 1.5; d = ln of those = 0.405465, 0.470004, 0.405465: mean 0.426978, sd 0.037262,
+    # se = sd / sqrt(3) = 0.021513, t(2) · se = 0.092564; speedup exp(0.426978) = 1.532619,
+    # interval exp(0.426978 ∓ 0.092564) = 1.397122 .. 1.681256
+    assert f["speedup_method"] == "paired" and f["speedup_df"] == pytest.approx(2.0)
+    assert f["speedup"] == pytest.approx(1.532619, abs=1e-5)
+    assert f["speedup_ci_low"] == pytest.approx(1.397122, abs=1e-4)
+    assert f["speedup_ci_high"] == pytest.approx(1.681256, abs=1e-4)
     assert f["verdict"] == "pays" and f["baseline_match"] == "same-sweep"
     s = stats[("syn", "slow", 1)]
-    # 0.5 · (0.797165, 1.254446)
-    assert s["speedup"] == pytest.approx(0.5)
-    assert (s["speedup_ci_low"], s["speedup_ci_high"]) == (
-        pytest.approx(0.398583, abs=1e-4), pytest.approx(0.627223, abs=1e-4))
+    # every repeat exactly half the baseline's: d = ln 0.5 three times, sd 0 -> [0.5, 0.5]
+    assert (s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"]) == (
+        pytest.approx(0.5), pytest.approx(0.5), pytest.approx(0.5))
     assert s["verdict"] == "loses"
     n = stats[("syn", "noisy", 1)]
-    # v_x = 700 / (3 · 110²) = 0.0192837, v_y = 100 / (3 · 100²) = 0.0033333; se = 0.150390;
-    # df = 0.0226171² / ((0.0192837² + 0.0033333²) / 2) = 2.671 -> floor 2 -> t 4.3027;
-    # 1.1 · exp(∓0.647083) = 1.1 · (0.523574, 1.909949)
-    assert n["speedup"] == pytest.approx(1.1)
-    assert n["speedup_df"] == pytest.approx(2.6714, abs=1e-3)
-    assert n["speedup_ci_low"] == pytest.approx(0.575931, abs=1e-4)
-    assert n["speedup_ci_high"] == pytest.approx(2.100944, abs=1e-4)
+    # ratios 80/100, 120/110, 130/90 -> d = -0.223144, 0.087011, 0.367725: mean 0.077197,
+    # sd 0.295557, se 0.170640, t(2) · se = 0.734213 -> 1.080255 [0.518397, 2.251076]
+    assert n["speedup"] == pytest.approx(1.080255, abs=1e-5)
+    assert n["speedup_ci_low"] == pytest.approx(0.518397, abs=1e-4)
+    assert n["speedup_ci_high"] == pytest.approx(2.251076, abs=1e-4)
     assert n["verdict"] == "unclear" and "contains 1" in n["verdict_reason"]
     f4 = stats[("syn", "fast", 4)]
-    assert f4["speedup"] == pytest.approx(2.0)
-    assert f4["speedup_ci_low"] == pytest.approx(1.594330, abs=1e-4)
-    # a zero-variance config against a noisy baseline: v_x = 0, df = v_y² / (v_y² / 2) = 2,
-    # se = sqrt(0.0033333) = 0.057735, 1.2 · exp(∓4.3027 · 0.057735) = 1.2 · (0.780032, 1.281991)
+    assert (f4["speedup"], f4["speedup_ci_low"]) == (pytest.approx(2.0), pytest.approx(2.0))
+    # another sweep's baseline: Welch on the log scale. x = 120 three times (sd 0); y = 100, 110,
+    # 90: mean ln y = 4.601820 (geometric mean 99.6655), sd ln y = 0.100377, v_y = sd² / 3 =
+    # 0.0033585, se = 0.057953, df = v_y² / (v_y² / 2) = 2 -> t 4.3027;
+    # speedup 120 / 99.6655 = 1.204027, interval 1.204027 · exp(∓0.249354) = 0.938303 .. 1.545002
     late = stats[("syn2", "late", 1)]
-    assert late["speedup"] == pytest.approx(1.2)
-    assert late["speedup_ci_low"] == pytest.approx(0.936038, abs=1e-4)
-    assert late["speedup_ci_high"] == pytest.approx(1.538389, abs=1e-4)
+    assert late["speedup_method"] == "welch" and late["speedup_df"] == pytest.approx(2.0)
+    assert late["speedup"] == pytest.approx(1.204027, abs=1e-5)
+    assert late["speedup_ci_low"] == pytest.approx(0.938303, abs=1e-4)
+    assert late["speedup_ci_high"] == pytest.approx(1.545002, abs=1e-4)
+    # x = 1.5 · y on another machine and sweep: v_x = v_y = 0.0033585, se = 0.081958, Welch df =
+    # (2v)² / (2 v² / 2) = 4 -> t 2.7764; 1.5 · exp(∓0.227548) = 1.194727 .. 1.883275
+    far = stats[("far2", "fast", 8)]
+    assert far["speedup_method"] == "welch" and far["speedup_df"] == pytest.approx(4.0)
+    assert far["speedup_ci_low"] == pytest.approx(1.194727, abs=1e-4)
+    assert far["speedup_ci_high"] == pytest.approx(1.883275, abs=1e-4)
     # every interval contains its point estimate
     for r in stats.values():
         if r["speedup_ci_low"] is not None:
@@ -246,7 +254,7 @@ def test_report_fits_the_terminal_and_wide_restores_every_column(known_db):
     out = _report(known_db)
     lines = out.splitlines()
     assert max(len(ln) for ln in lines) <= 120
-    assert any(ln.startswith("fast") and "1.50 [1.20, 1.88]" in ln and "pays" in ln
+    assert any(ln.startswith("fast") and "1.53 [1.40, 1.68]" in ln and "pays" in ln
                for ln in lines)
     # tok/s to 3 significant digits, the half-width (24.84) to the same decimals
     assert any(ln.startswith("baseline") and "100 ± 25" in ln for ln in lines)
@@ -273,7 +281,7 @@ def test_report_json_and_csv_keep_every_column(known_db):
     assert list(rows[0]) == query.STATS_COLUMNS
     fast = next(r for r in rows if (r["sweep_name"], r["config"], r["concurrency"]) ==
                 ("syn", "fast", "1"))
-    assert math.isclose(float(fast["speedup_ci_low"]), 1.195748, abs_tol=1e-4)
+    assert math.isclose(float(fast["speedup_ci_low"]), 1.397122, abs_tol=1e-4)
 
 
 def test_baseline_notes_for_doctor(known_db):

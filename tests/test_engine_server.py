@@ -469,6 +469,9 @@ def test_deep_and_huge_bodies_are_4xx_not_500(server):
     assert status == 400 and "nested too deeply" in json.loads(data)["error"]["message"]
     status, data = server.request("POST", "/v1/completions", raw=b"[" * 100_000)
     assert status == 400
+    huge_int = b'{"text": "x", "sampling_params": {"max_new_tokens": ' + b"9" * 5000 + b"}}"
+    status, data = server.request("POST", "/generate", raw=huge_int)
+    assert status == 400 and "invalid JSON body" in json.loads(data)["error"]["message"]
     # A Content-Length over the limit is refused without reading (and the connection closed).
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as c:
         c.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -225,7 +225,7 @@ class Handler(BaseHTTPRequestHandler):
             return {}
         try:
             return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError) as e:  # incl. ints past Python's digit limit
             raise BadRequest(f"invalid JSON body: {e}") from None
         except RecursionError:
             raise BadRequest("invalid JSON body: nested too deeply") from None

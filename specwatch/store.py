@@ -2,9 +2,17 @@
 
 Concurrency (ARCHITECTURE decision 2): DuckDB lets one process hold a database file for writing and
 no other process open it meanwhile. Writers therefore hold the file only for short bursts
-(`writer()`), readers open it read-only (`reader()`), and both retry briefly while another process
-holds the lock. Because the log file is the buffer, a writer that cannot get the lock in time just
-ingests more next time.
+(`writer()`), readers open it read-only (`reader()`), and both retry while another process holds
+the lock. Readers never break writers: a reader may hold the file at most READ_WAIT_S + MAX_READ_S
+(query.py enforces the query part, killing a query that does not stop), writers wait LOCK_WAIT_S,
+longer than that, and while a writer waits it holds `<db>.gate`, so readers arriving meanwhile queue
+behind it instead of keeping the file busy forever. A writer that still cannot get in (a foreign
+DuckDB client holds the file) raises StoreLocked; callers retry (tail at its next wake-up, the
+sweep's writer for writer.RETRY_S): the log file is the buffer. A full disk is StoreFull, a damaged
+file StoreCorrupt, each with a message that says what to do.
+
+Readers are sandboxed (READER_CONFIG): no file or network access beyond the database, no
+extensions, no settings changed once open.
 
 Exactly-once: rows from a source are appended in the same transaction that advances the source's
 checkpoint, and only if the checkpoint is still where the rows were read from (a compare-and-set),

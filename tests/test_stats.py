@@ -14,10 +14,12 @@ import io
 import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import SAMPLES, run_cli
+from conftest import ROOT, SAMPLES
 from specwatch import ingest, query, sampling, store, sweepfile, views
 
 MODEL = "/models/Llama-3.1-8B-Instruct"       # the sample server_args lines' model
@@ -242,9 +244,6 @@ def test_fingerprint_is_pure_and_says_what_differs():
 
 def _report(db, *args, columns="120"):
     env = dict(os.environ, COLUMNS=columns)
-    import subprocess
-    import sys
-    from conftest import ROOT
     return subprocess.run([sys.executable, "-m", "specwatch.cli", "report", "--db", str(db),
                            *args], cwd=ROOT, capture_output=True, text=True, env=env,
                           timeout=120, check=True).stdout

@@ -11,7 +11,7 @@ Agreement is the point: issue 12 saw two identical runs name different winners (
 when each was a single measurement. With repeats and intervals, a disagreement should only ever
 be `unclear` against a definite verdict, never `pays` against `loses`.
 
-Usage: python benchmarks/bench_verdict_agreement.py [--runs 3] [--sweep FILE] [--out DIR]
+Usage: python benchmarks/bench_verdict_agreement.py [--runs 3] [--sweep FILE] [--repeats N] [--out DIR]
 Timing: the sweep is CPU-bound; on a busy 2-core machine the runs are slow and noisy (the
 verdicts are what is compared, not the tok/s).
 """
@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,8 @@ MODELS = ROOT / "specwatch" / "engine" / "models"
 
 
 def _commit() -> str:
+    if os.environ.get("SPECWATCH_COMMIT"):      # a copy without .git (e.g. a git archive)
+        return os.environ["SPECWATCH_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.strip()
@@ -104,15 +107,28 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sweep", type=Path, default=ROOT / "examples" / "builtin_sweep.toml")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="Override the sweep file's repeats (the copy run is written to a "
+                         "temporary directory; the results say so).")
     args = ap.parse_args()
     started = dt.datetime.now(dt.timezone.utc)
     machine, commit = _machine(), _commit()
     with tempfile.TemporaryDirectory(prefix="specwatch-agree-") as tmp:
+        sweep_note = ""
+        if args.repeats is not None:
+            text = re.sub(r"(?m)^repeats\s*=\s*\d+", f"repeats = {args.repeats}",
+                          args.sweep.read_text())
+            copy = Path(tmp) / args.sweep.name
+            copy.write_text(text)
+            sweep_note = f", with repeats overridden to {args.repeats}"
+            args.sweep, original = copy, args.sweep
         runs = []
         for i in range(args.runs):
             r = run_once(args.sweep, Path(tmp), i)
             print(f"run {i + 1}/{args.runs}: {r['wall_s']:.0f} s, exit {r['exit']}", flush=True)
             runs.append(r)
+    src = original if args.repeats is not None else args.sweep
+    shown = src.relative_to(ROOT) if src.is_relative_to(ROOT) else src
     keys = sorted({k for r in runs for k in r["rows"]}, key=lambda k: (k[1], k[0]))
     concs = sorted({c for r in runs for c in r["winners"]})
     verdict_rows, agree_v = [], 0
@@ -133,8 +149,9 @@ def main() -> int:
         "# Verdict agreement across separate runs of the example sweep",
         "",
         f"Produced {started:%Y-%m-%d %H:%M} UTC at commit {commit} by "
-        f"`python benchmarks/bench_verdict_agreement.py --runs {args.runs}` "
-        f"(sweep `{args.sweep.relative_to(ROOT) if args.sweep.is_relative_to(ROOT) else args.sweep}`).",
+        f"`python benchmarks/bench_verdict_agreement.py --runs {args.runs}"
+        + (f" --repeats {args.repeats}" if args.repeats is not None else "") + "` "
+        f"(sweep `{shown}`{sweep_note}).",
         f"- machine: {machine}",
         "- engine weights (sha256): " + ", ".join(f"{k} {v}" for k, v in _weights().items()),
         "- wall time per run: " + ", ".join(f"{r['wall_s']:.0f} s" for r in runs),

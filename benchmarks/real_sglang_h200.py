@@ -1,0 +1,313 @@
+"""specwatch against real SGLang EAGLE-3 on one H200, end to end (issue 18).
+
+Runs on the GPU machine only, inside the environment of the real-SGLang bundle (see
+`../shared/real-sglang-h200/README.md`: `sglang` 0.5.12 + `sglang-kernel`, unpacked into a
+`--target` site dir). It does what a user does, with specwatch's own commands:
+
+  1. make the fixture models (`make_tiny_eagle3.py`: built, not trained, weights whose greedy
+     acceptance is known in advance) and, when `--exported DIR` is given, use the built-in engine's
+     weights exported to HF/SGLang layout (`specwatch.engine.export_hf`);
+  2. write a sweep file with `engine = "sglang"` and run `specwatch run-sweep` on it: baseline,
+     chain EAGLE-3 (steps 2 and 3, topk 1), tree drafting (topk 2), CUDA graphs on and off,
+     concurrency 1 and 8, repeats;
+  3. compare what specwatch stored with the fixture's predicted per-request histogram, with
+     SGLang's own per-request `spec_accept_length` and with `/server_info`; count rejected lines;
+  4. check teardown: no SGLang process left and GPU memory back to its starting level, after the
+     sweep and after a SIGTERM mid-sweep;
+  5. write `real_sglang_h200.md` (commit, SGLang version, weight hashes, tables, findings).
+
+    python3 benchmarks/real_sglang_h200.py --site /tmp/site --tools .h200/tools --out $OUT
+
+Not a test: nothing here runs in CI (there is no GPU there). The contract tier
+(`tests/contract/`) checks the same facts against the real package without a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import glob
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The recipe's flags: the bundle leaves out FA3/flashinfer JIT, xgrammar and friends.
+# CUDA graphs (not the piecewise kind, which compiles with torch.compile) unless a config adds
+# --disable-cuda-graph; the baseline specwatch adds gets the sweep's flags, so it has graphs.
+COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
+                "--grammar-backend", "none", "--mem-fraction-static", "0.15",
+                "--decode-log-interval", "8", "--enable-metrics", "--cuda-graph-max-bs", "8",
+                "--disable-piecewise-cuda-graph"]
+NO_GRAPH = ["--disable-cuda-graph"]
+GRAPH: list[str] = []
+# Printable-ASCII prompts: the fixture's target continues with the next printable byte.
+PROMPTS = ["hello", "The quick brown fox", "0123", "speculative decoding", "EAGLE-3 drafts",
+           "abcdefg", "Hopper H200", "pays or loses?"]
+
+
+def sh(cmd: list[str] | str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, shell=isinstance(cmd, str), text=True, capture_output=True, **kw)
+
+
+def bundle_env(site: str) -> dict[str, str]:
+    """The environment every process specwatch starts must inherit (the recipe's)."""
+    env = dict(os.environ)
+    libs = set()
+    for sp in sh([sys.executable, "-c", "import site; print('\\n'.join(site.getsitepackages()))"]
+                 ).stdout.split():
+        for pat in ("libnvrtc.so.13*", "libcublas.so.13*", "libcublasLt.so.13*", "libcudart.so.13*"):
+            libs.update(os.path.dirname(p) for p in glob.glob(f"{sp}/nvidia/**/{pat}",
+                                                                recursive=True))
+    nvcc = os.path.realpath(sh("command -v nvcc").stdout.strip() or "/usr/local/cuda/bin/nvcc")
+    env.update({
+        "PYTHONPATH": os.pathsep.join([site, str(ROOT)] + [p for p in env.get(
+            "PYTHONPATH", "").split(os.pathsep) if p and p not in (site, str(ROOT))]),
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "TVM_FFI_CACHE_DIR": "/tmp/cache/tvm-ffi", "TRITON_CACHE_DIR": "/tmp/cache/triton",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/cache/inductor",
+        "LD_LIBRARY_PATH": ":".join(sorted(libs) + [p for p in env.get(
+            "LD_LIBRARY_PATH", "").split(":") if p]),
+        "CUDA_HOME": env.get("CUDA_HOME") or str(Path(nvcc).parent.parent),
+        "SGLANG_LOG_MS": "1",
+    })
+    return env
+
+
+def gpu_memory_mib() -> list[int]:
+    out = sh("nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits").stdout
+    return [int(x) for x in out.split()]
+
+
+def gpu_apps() -> str:
+    return sh("nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
+              ).stdout.strip()
+
+
+def sglang_procs() -> list[str]:
+    out = sh("ps -eo pid=,args=").stdout.splitlines()
+    return [line.strip() for line in out
+            if ("sglang" in line or "specwatch.engine" in line) and "real_sglang_h200" not in line
+            and "ps -eo" not in line]
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def write_sweep(path: Path, name: str, target: str, draft: str, shifted: str | None,
+                repeats: int, num_prompts: int, output_tokens: int, prompts: Path,
+                configs: list[dict], concurrency: list[int]) -> None:
+    def toml_list(xs):
+        return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
+    lines = [f'name = "{name}"', 'engine = "sglang"',
+             f'launch_command = ["{sys.executable}", "-m", "sglang.launch_server"]',
+             f'model = "{target}"', f'draft_model = "{draft}"', 'speculative_algorithm = "EAGLE3"',
+             f"server_flags = {toml_list(COMMON_FLAGS)}", f"concurrency = {concurrency}",
+             f"repeats = {repeats}", "startup_timeout_s = 300", "request_timeout_s = 120",
+             "stop_grace_s = 20", "", "[workload]", f'prompts = "{prompts}"',
+             f"num_prompts = {num_prompts}", "warmup_requests = 2",
+             f"output_tokens = {output_tokens}", "temperature = 0.0", "seed = 0", ""]
+    for c in configs:
+        lines.append("[[config]]")
+        for k, v in c.items():
+            lines.append(f"{k} = {toml_list(v) if isinstance(v, list) else json.dumps(v)}")
+        lines.append("")
+    path.write_text("\n".join(lines))
+
+
+def run_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, timeout_s: float,
+              log: Path) -> tuple[int, float]:
+    t = time.monotonic()
+    with open(log, "w") as f:
+        p = subprocess.run([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep),
+                            "--db", str(db), "--out-dir", str(out_dir)], env=env, stdout=f,
+                           stderr=subprocess.STDOUT, timeout=timeout_s)
+    return p.returncode, time.monotonic() - t
+
+
+def sigterm_mid_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, log: Path,
+                      ready_timeout_s: float = 240) -> dict:
+    """Start the sweep again (--force), SIGTERM specwatch once the first server answers /health
+    and its load has begun, then look for survivors."""
+    mem0 = gpu_memory_mib()
+    f = open(log, "w")
+    p = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep), "--db",
+                          str(db), "--out-dir", str(out_dir), "--force"], env=env, stdout=f,
+                         stderr=subprocess.STDOUT)
+    t0 = time.monotonic()
+    sent = None
+    while time.monotonic() - t0 < ready_timeout_s and p.poll() is None:
+        text = log.read_text(errors="replace")
+        if "ready in" in text:
+            time.sleep(3.0)    # into the load
+            p.send_signal(signal.SIGTERM)
+            sent = time.monotonic() - t0
+            break
+        time.sleep(1.0)
+    try:
+        rc = p.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = "hung (killed)"
+    f.close()
+    time.sleep(3.0)
+    return {"sigterm_after_s": sent, "exit_code": rc, "procs_left": sglang_procs(),
+            "gpu_apps_left": gpu_apps(), "gpu_mem_mib_before": mem0,
+            "gpu_mem_mib_after": gpu_memory_mib()}
+
+
+def analyse(db: Path, sweep_file: Path, predict, miss_mod: int | None) -> dict:
+    """Per run: what specwatch stored against the fixture's prediction for each request's own
+    prompt (chain configs only: the predictor models topk 1)."""
+    import duckdb
+
+    from specwatch import load, sweepfile
+    sw = sweepfile.load(str(sweep_file))
+    _warm, specs = load.build_requests(sw.workload, load.read_prompts(sw.workload))
+    con = duckdb.connect(str(db), read_only=True)
+    q = lambda s, *a: con.execute(s, list(a)).fetchall()
+    runs = q("""SELECT run_id, config_name, concurrency, repeat_idx, status, failure_reason,
+                       server_accept_len, client_accept_len, output_tok_s
+                FROM runs ORDER BY config_name, concurrency, repeat_idx""")
+    summary = {r[0]: r for r in q("SELECT run_id, accept_len, accept_rate FROM config_summary")}
+    rows = []
+    for rid, cfg, conc, rep, status, reason, srv_al, cli_al, tok_s in runs:
+        reqs = q("""SELECT request_idx, output_tokens, spec_verify_ct, spec_accept_length,
+                           spec_accept_histogram FROM requests
+                    WHERE run_id = ? AND success AND NOT is_warmup ORDER BY request_idx""", rid)
+        exact = total = 0
+        chain = "k1" in cfg
+        for idx, out_tok, vct, al, hist in reqs:
+            total += 1
+            if not chain or vct is None or hist is None:
+                continue
+            want = predict(specs[idx].prompt, out_tok, miss_mod)
+            got = list(hist)
+            while len(got) > len(want) and got[-1] == 0:
+                got.pop()
+            exact += int(got == want and vct == sum(want))
+        srv = summary.get(rid)
+        rows.append({"run_id": rid, "config": cfg, "concurrency": conc, "repeat": rep,
+                     "status": status, "failure_reason": reason,
+                     "window_accept_len": srv[1] if srv else None,
+                     "accept_rate": srv[2] if srv else None,
+                     "server_info_accept_len": srv_al, "client_accept_len": cli_al,
+                     "output_tok_s": tok_s, "requests": total,
+                     "requests_matching_prediction": exact if chain else None})
+    rejected = q("""SELECT count(*) FROM rejected_lines""")[0][0]
+    metric_rejected = q("""SELECT kind, reason, count(*) FROM rejected_lines GROUP BY ALL""")
+    configs = q("""SELECT DISTINCT speculative_algorithm, model_path, draft_model_path,
+                          sglang_version FROM server_configs""")
+    con.close()
+    return {"runs": rows, "rejected_lines": rejected, "rejected_by_kind": metric_rejected,
+            "server_configs": configs}
+
+
+def table(rows: list[dict], cols: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v)
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--site", required=True, help="unpacked real-SGLang bundle (--target dir)")
+    ap.add_argument("--tools", required=True, help="copy of ../shared/real-sglang-h200/")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--exported", default=None, help="built-in weights exported to HF layout")
+    ap.add_argument("--miss-mod", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--num-prompts", type=int, default=8)
+    ap.add_argument("--output-tokens", type=int, default=64)
+    ap.add_argument("--phases", default="fixture,sigterm")
+    ap.add_argument("--budget-s", type=float, default=540)
+    args = ap.parse_args()
+    t_start = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = bundle_env(args.site)
+    os.environ.update(env)
+    work = Path("/tmp/sw-h200")
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict = {"started": dt.datetime.now().isoformat(timespec="seconds"),
+                    "commit": sh(["git", "-C", str(ROOT), "rev-parse", "HEAD"]).stdout.strip(),
+                    "dirty": bool(sh(["git", "-C", str(ROOT), "status", "--porcelain"]).stdout),
+                    "device": sh("nvidia-smi -L").stdout.strip(),
+                    "sglang": sh([sys.executable, "-c", "import sglang; print(sglang.__version__)"],
+                                 env=env).stdout.strip(),
+                    "gpu_mem_mib_start": gpu_memory_mib(), "phases": {}}
+    sys.path.insert(0, args.tools)
+    from expected_histogram import predict  # noqa: E402  (the fixture's own predictor)
+
+    models = work / "models"
+    if not (models / "tiny-llama").exists():
+        p = sh([sys.executable, f"{args.tools}/make_tiny_eagle3.py", str(models),
+                str(args.miss_mod)], env=env)
+        report["make_models"] = (p.stdout + p.stderr)[-400:]
+    report["weights"] = {str(f.relative_to(work)): sha256(f)
+                         for f in sorted(models.glob("*/model.safetensors"))}
+    prompts = work / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    configs = [
+        {"name": "eagle3-s3k1d4-nograph", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+         "server_flags": NO_GRAPH},
+        {"name": "eagle3-s3k1d4-graph", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+         "server_flags": GRAPH},
+        {"name": "eagle3-s2k1d3-graph", "speculative_num_steps": 2, "speculative_eagle_topk": 1,
+         "server_flags": GRAPH},
+        {"name": "eagle3-tree-s2k2d4-graph", "speculative_num_steps": 2,
+         "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4, "server_flags": GRAPH},
+    ]
+    sweep = work / "fixture.toml"
+    write_sweep(sweep, "real-fixture", str(models / "tiny-llama"), str(models / "tiny-eagle3"),
+                None, args.repeats, args.num_prompts, args.output_tokens, prompts, configs, [1, 8])
+    db = out / "real_sglang.duckdb"
+    if "fixture" in args.phases:
+        left = args.budget_s - (time.monotonic() - t_start)
+        rc, wall = run_sweep(sweep, db, work / "runs", env, max(60, left - 120),
+                             out / "fixture.sweep.log")
+        report["phases"]["fixture"] = {"exit_code": rc, "wall_s": round(wall, 1),
+                                       "procs_left": sglang_procs(), "gpu_apps_left": gpu_apps(),
+                                       "gpu_mem_mib_after": gpu_memory_mib(),
+                                       **analyse(db, sweep, predict, args.miss_mod)}
+    if "sigterm" in args.phases and time.monotonic() - t_start < args.budget_s - 100:
+        report["phases"]["sigterm"] = sigterm_mid_sweep(sweep, out / "sigterm.duckdb",
+                                                        work / "runs-sigterm", env,
+                                                        out / "sigterm.sweep.log")
+    report["wall_s"] = round(time.monotonic() - t_start, 1)
+    (out / "real_sglang_h200.json").write_text(json.dumps(report, indent=1, default=str))
+    md = [f"# specwatch on real SGLang, one H200 ({report['started']})", "",
+          f"commit {report['commit']}{' (dirty)' if report['dirty'] else ''}; "
+          f"SGLang {report['sglang']}; {report['device']}; weights {report['weights']}", ""]
+    for name, ph in report["phases"].items():
+        md.append(f"## {name}")
+        if "runs" in ph:
+            md.append(table(ph["runs"], ["config", "concurrency", "repeat", "status",
+                                         "window_accept_len", "client_accept_len",
+                                         "server_info_accept_len", "requests",
+                                         "requests_matching_prediction", "output_tok_s",
+                                         "failure_reason"]))
+        md.append("")
+        md.append("```\n" + json.dumps({k: v for k, v in ph.items() if k != "runs"}, indent=1,
+                                       default=str) + "\n```")
+    (out / "real_sglang_h200.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -153,7 +153,7 @@ def _cells(r: dict) -> list[str]:
     mark = "" if r["baseline_match"] in TRUSTED_MATCHES else " †"
     return [shorten(r["config"]) + mark,
             "" if r["concurrency"] is None else str(r["concurrency"]),
-            str(r["repeats"]),
+            str(r["repeats"] or r.get("gen_repeats") or 0),   # ingested logs: server-log runs
             _al_cell(r),
             "" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}",
             tok_s_cell(r["output_tok_s_mean"], r["output_tok_s_ci_low"], r["output_tok_s_ci_high"]),

@@ -6,14 +6,16 @@ Two wraps are known: a log pasted into an issue or a terminal and wrapped at a w
 continuation has no log prefix of its own), and docker's json-file driver splitting a message
 longer than 16 KiB into pieces that `docker logs --timestamps` prints each with its own RFC3339
 timestamp (the continuation is a timestamp followed by the rest of the message). A record is
-held while it looks cut off (`Rejected.incomplete`, or a docker piece of 16 KiB); the next line,
-if it is a continuation, is joined (directly, or with the space a wrap may have eaten) and the
+held while it looks cut off (`Rejected.incomplete`, or a docker piece of 16 KiB), and every
+complete-looking record is held for one line (a wrap at a segment boundary leaves a first part
+that parses whole: only a following continuation that adds fields tells); the next line, if it
+is a continuation (it does not start a record of its own, `STARTS_RECORD`), is joined (directly, or with the space a wrap may have eaten) and the
 join parsed again. Exactly one complete parse is accepted; two different complete parses are
 ambiguous and rejected with the reason; a cut-off record that nothing continues stays rejected.
 A fragment is never emitted as a complete record.
 
 How to call it (ingest, `specwatch parse`): feed every line that carries a `parse.ANCHORS`
-anchor, and also the next physical line whenever `holding` is True; collect what `feed` and, at
+anchor, and also the next physical line whenever `holding` is True (after any record); collect what `feed` and, at
 the end of the input, `flush` return. While `holding`, `pending` is where the held record starts:
 a follower that must not commit a half record commits up to there and re-reads from it.
 """
@@ -26,11 +28,17 @@ from typing import Callable, Iterable, Iterator
 from specwatch import parse, prefix
 
 DOCKER_SPLIT = 16 * 1024    # bytes of message per docker json-file log entry
+# A complete-looking record of these kinds is held for one line: a wrap at a segment boundary
+# leaves a first part that parses whole, and only the next line tells.
+HOLD_KINDS = (*parse.METRIC_KINDS, *parse.CONFIG_KINDS)
 MAX_PARTS = 64
 MAX_CHARS = 1 << 20
-_STARTS_RECORD = re.compile(
+# A line that starts a record of its own (or a traceback): never a continuation. The C fast path
+# may take a line only when the next physical line matches this, is blank, or is the end.
+_STARTS_RECORD = STARTS_RECORD = re.compile(
     r"\s*(?:\[\d{4}-\d{2}-\d{2}[ T]|\(\w[\w.\-]* pid=\d+|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
-    r"[ :]|\d{4}-\d{2}-\d{2}[ T]\d{2}:|\d{2}-\d{2} \d{2}:\d{2}|Traceback |File \"|specwatch: )")
+    r"[ :]|\d{4}-\d{2}-\d{2}[ T]\d{2}:|\d{2}-\d{2} \d{2}:\d{2}|Traceback |File \"|specwatch: "
+    r"|\||```|#{1,6} )")  # markdown rows, fences and headings start their own text
 
 
 @dataclass(slots=True)
@@ -50,6 +58,23 @@ def _docker_piece(text: str, rec) -> bool:
         return False
     msg = text.split(" ", 1)[1] if " " in text else ""
     return len(msg.encode("utf-8", "replace")) == DOCKER_SPLIT
+
+
+def _extends(old: parse.Record, new: parse.Record) -> bool:
+    """Does `new` continue the complete-looking `old`: the same fields, of which only the last
+    may have grown (a number cut after its digits), plus at least one more field; or the same
+    fields with the last one's typed value grown?"""
+    keys = list(old.fields)
+    if not keys or list(new.fields)[:len(keys)] != keys:
+        return False
+    last = keys[-1]
+    if any(new.fields[k] != old.fields[k] for k in keys[:-1]):
+        return False
+    fmt = parse.FORMATS.lines.get(old.kind)
+    typed = fmt is not None and last in fmt.by_key and fmt.by_key[last].type != "str"
+    if len(new.fields) > len(keys):
+        return new.fields[last] == old.fields[last] or typed
+    return typed and new.fields[last] != old.fields[last]
 
 
 def _holdable(text: str, rec) -> bool:
@@ -88,7 +113,8 @@ class Reassembler:
             out.append(self._give_up())
         rec = self.parse_line(text)
         clean = prefix.clean(text) if rec is not None else ""
-        if rec is not None and _holdable(clean, rec):
+        if isinstance(rec, parse.Record) and rec.kind in HOLD_KINDS or \
+                rec is not None and _holdable(clean, rec):
             self._held = Logical(line_no, offset, text, rec)
             self._texts = [text]
             self._docker = prefix.OUTER_TS.match(clean) is not None
@@ -111,6 +137,8 @@ class Reassembler:
     def _continue(self, text: str) -> tuple[int, Logical | None]:
         held = self._held
         clean = prefix.clean(text)
+        if not clean.isprintable() or "\ufffd" in clean:
+            return _NO, None  # binary or undecodable bytes never continue a record
         m = prefix.OUTER_TS.match(clean)
         rest = ""
         if self._docker:
@@ -132,9 +160,11 @@ class Reassembler:
         if parts > MAX_PARTS or len(joins[0]) > MAX_CHARS:
             return _NO, None
         complete, partial = [], []
+        whole = isinstance(held.result, parse.Record) and not _docker_piece(held.text, held.result)
         for j in joins:
             r = self.parse_line(j)
-            if isinstance(r, parse.Record) and r.kind == held.result.kind:
+            if isinstance(r, parse.Record) and r.kind == held.result.kind and \
+                    (not whole or _extends(held.result, r)):
                 complete.append((j, r))
             elif isinstance(r, parse.Rejected) and r.incomplete:
                 partial.append(j)
@@ -147,6 +177,8 @@ class Reassembler:
             complete = [c for c, u in zip(complete, unknown) if u == min(unknown)]
             j, r = complete[0]
             if any(x.as_dict() != r.as_dict() for _, x in complete[1:]):
+                if whole:
+                    return _NO, None  # keep the complete record; the line is its own
                 r = parse.Rejected(held.result.kind, f"hard-wrapped record: line "
                                    f"{held.line_no + parts - 1} continues it in more than one "
                                    "way; not stored as a record")

@@ -1,7 +1,7 @@
 """Read a sweep file (TOML), check it, and expand it into the configs to measure.
 
 A sweep file declares one target model, the server to run it with, a workload, and the speculative
-configs to compare. A no-speculation baseline (one per TP size) is always added. Example:
+configs to compare. A no-speculation baseline (one per tp/dp/pp shape) is always added. Example:
 
     name = "builtin-demo"                  # sweep name (default: the file's stem)
     engine = "builtin"                     # "builtin" (specwatch's CPU engine) or "sglang"
@@ -70,6 +70,8 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from specwatch.tomllines import Lines as _Lines
 
 ENGINES = ("builtin", "sglang")
 BUILTIN_PREFIX = "builtin:"
@@ -203,54 +205,6 @@ def _is(value, kind: str) -> bool:
     if kind == _STR_LIST:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     return True
-
-
-# ------------------------------------------------------------------------------- line numbers
-
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
-
-
-class _Lines:
-    """Finds the line of a key by scanning the text: tomllib reports no positions."""
-
-    def __init__(self, path: str, text: str):
-        self.path = path
-        # (section name, index within its array of tables or 0, {key: line}, header line)
-        self.sections: list[tuple[str, int, dict[str, int], int]] = [("", 0, {}, 1)]
-        counts: dict[str, int] = {}
-        in_multiline = None
-        for no, line in enumerate(text.splitlines(), 1):
-            if in_multiline:
-                if in_multiline in line:
-                    in_multiline = None
-                continue
-            m = _HEADER.match(line)
-            if m and not _KEY.match(line):
-                name = m.group(2).strip().strip("\"'")
-                idx = 0
-                if m.group(1) == "[[":
-                    idx = counts.get(name, 0)
-                    counts[name] = idx + 1
-                self.sections.append((name, idx, {}, no))
-                continue
-            k = _KEY.match(line)
-            if k:
-                self.sections[-1][2].setdefault(k.group(1).strip('"'), no)
-                for q in ('"""', "'''"):
-                    if line.count(q) == 1:
-                        in_multiline = q
-
-    def line(self, section: str = "", key: str | None = None, index: int = 0) -> int:
-        for name, idx, keys, header in self.sections:
-            if name == section and idx == index:
-                return keys.get(key, header) if key else header
-        # An inline table (`workload = {...}`) or a key of the top level.
-        top = self.sections[0][2]
-        return top.get(section or key or "", 1)
-
-    def at(self, section: str = "", key: str | None = None, index: int = 0) -> str:
-        return f"{self.path}:{self.line(section, key, index)}"
 
 
 # ------------------------------------------------------------------------------- parsing

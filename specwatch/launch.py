@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specwatch import procs
-from specwatch.ports import (  # noqa: F401 (part of this module's interface)
-    PORT_HIGH, PORT_LOW, SIDE_OFFSETS, block_free, ephemeral_range, free_port, port_free,
-    side_ports)
+from specwatch import ports, procs
 from specwatch.failure import decode_lines, failure_cause  # noqa: F401 (this module's interface)
+from specwatch.ports import (  # noqa: F401 (same)
+    PORT_HIGH, PORT_LOW, SIDE_OFFSETS, block_free, ephemeral_range, port_free, side_ports)
 from specwatch.procs import listener_owned, reap_stale  # noqa: F401 (same)
 
 if TYPE_CHECKING:
@@ -49,6 +48,14 @@ EAGLE3_SINCE = (0, 4, 4, 2)          # 0.4.4.post2
 
 class LaunchFailed(RuntimeError):
     """The server could not be started or never became ready; the message says why."""
+
+
+def free_port(avoid: set[int] = frozenset(), host: str = HOST) -> int:
+    """`ports.free_port`, failing with LaunchFailed."""
+    try:
+        return ports.free_port(avoid, host)
+    except ports.NoFreePort as exc:
+        raise LaunchFailed(str(exc)) from None
 
 
 def parse_version(text: str | None) -> tuple[int, ...] | None:

@@ -43,7 +43,9 @@ def _retrying(fn, what: str):
         try:
             return fn()
         except store.StoreError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
+            # held by another process past store.LOCK_WAIT_S, or a full disk: wait and retry
+            transient = isinstance(exc, (store.StoreLocked, store.StoreFull))
+            if not transient or time.monotonic() > deadline:
                 raise store.StoreError(f"{exc} (while storing {what})") from None
             time.sleep(delay)
             delay = min(delay * 2, 5.0)

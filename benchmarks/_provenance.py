@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -13,7 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def commit() -> str:
-    """`git describe`-like: the HEAD commit, '+dirty' when tracked engine/kernel files differ."""
+    """`git describe`-like: the HEAD commit, '+dirty' when tracked engine/kernel files differ.
+    SPECWATCH_COMMIT overrides it (the device tool's copy of the tree can carry stale git metadata:
+    pass the commit the tree was sent at)."""
+    if os.environ.get("SPECWATCH_COMMIT"):
+        return os.environ["SPECWATCH_COMMIT"] + " (as given by SPECWATCH_COMMIT)"
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, timeout=20).stdout.strip()

@@ -8,7 +8,8 @@ if ! command -v chromium >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "warning: could not install chromium; browser tests will fail" >&2
 fi
-python -m pip install -q -e '.[dev]'
+# [ray]: the Ray executor's tests run on a Ray cluster simulated on this machine.
+python -m pip install -q -e '.[dev,ray]'
 python -m pytest -q
 # Slower end-to-end tests; pytest exits 5 when a marker selects nothing.
 python -m pytest -q -m slow || { rc=$?; [ "$rc" -eq 5 ] || exit "$rc"; }

@@ -25,6 +25,7 @@ Not for: metric formulas (views.py), following files (tail.py).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import statistics
 import sys
@@ -341,8 +342,12 @@ class Board:
         if not self.tty:
             return
         now = dt.datetime.now()
+        try:   # one screen row per status line, or redrawing in place miscounts
+            width = os.get_terminal_size(self.out.fileno()).columns - 1
+        except (OSError, ValueError, AttributeError):
+            width = 159
         for s in self.statuses:
-            self.out.write(s.line(now)[:400] + "\n")
+            self.out.write(s.line(now)[:max(20, width)] + "\n")
         self.drawn = len(self.statuses)
         self._last = time.monotonic()
 
@@ -351,6 +356,25 @@ class Board:
         self.out.write(f"specwatch tail: WARNING: {a.message}\n")
         self._draw()
         self.out.flush()
+
+    def note(self, text: str) -> None:
+        """Any other line for the terminal (tail's log warnings), printed above the status."""
+        self._clear()
+        self.out.write(text.rstrip("\n") + "\n")
+        self._draw()
+        self.out.flush()
+
+    def handler(self) -> logging.Handler:
+        """A logging handler that prints through `note`, so log lines do not tear the status."""
+        board = self
+
+        class _ToBoard(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                try:
+                    board.note(self.format(record))
+                except Exception:  # noqa: BLE001 - logging must never raise
+                    self.handleError(record)
+        return _ToBoard()
 
     def status(self, statuses: list[Status], force: bool = True) -> None:
         self.statuses = statuses

@@ -90,10 +90,8 @@ def parse_cmd(files, fmt, all_kinds):
         bad = []
         with fh:
             # hard-wrapped records are joined first; an incomplete last line waits
-            for lg, valid in reassemble.parse_stream(fh):
+            for lg in reassemble.parse_stream(fh, bad):
                 line_no, got = lg.line_no, lg.result
-                if not valid:
-                    bad.append(line_no)
                 if isinstance(got, parse.Rejected):
                     if all_kinds:
                         obj = {"file": str(path), "line_no": line_no, "kind": "rejected",
@@ -203,7 +201,9 @@ def report(db, fmt, run, sweep, wide):
 @click.option("--run", default=None, help="Run name (default: each file's name).")
 @click.option("--poll-interval", default=0.25, show_default=True,
               help="Seconds between polls when file-system events are not delivered.")
-@click.option("--quiet", is_flag=True, help="Print nothing (warnings are still stored in alerts).")
+@click.option("--quiet", is_flag=True,
+              help="No status lines or rule warnings (alerts are still stored); problems with "
+                   "files or the database are still reported.")
 @click.option("--alert-accept-len", default=1.5, show_default=True,
               help="Warn when accept length stays below this ...")
 @click.option("--alert-windows", default=2, show_default=True, type=click.IntRange(min=1),
@@ -231,12 +231,18 @@ def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
     from specwatch import alerts
     from specwatch import tail as tl
 
+    import logging
+
     rules = alerts.Rules(accept_len_min=alert_accept_len, windows=alert_windows,
                          trend_windows=alert_trend_windows, trend_drop_frac=alert_trend_drop,
                          rank_gap_frac=alert_rank_gap)
+    board = None if quiet else alerts.Board()
+    tail_log = logging.getLogger("specwatch.tail")
+    if board is not None and board.tty:   # log lines go above the status lines, not through them
+        tail_log.addHandler(board.handler())
+        tail_log.propagate = False
     try:
-        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval, rules=rules,
-                  board=None if quiet else alerts.Board())
+        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval, rules=rules, board=board)
     except store.StoreError as exc:
         raise click.ClickException(str(exc))
 

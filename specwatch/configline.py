@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from typing import Any
 
 MAX_PAYLOAD = 1 << 20      # characters; real 0.5.23 dicts are ~17 KB
@@ -48,7 +49,9 @@ def _literal(node: ast.AST) -> Any:
 def _parse_expr(text: str) -> ast.AST:
     _check_bounds(text)
     try:
-        return ast.parse(_ANGLE.sub(lambda m: repr(m.group(0)), text), mode="eval").body
+        with warnings.catch_warnings():  # a mangled line is an error value, not a warning
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ast.parse(_ANGLE.sub(lambda m: repr(m.group(0)), text), mode="eval").body
     except SyntaxError as exc:
         raise ValueError(f"not a complete ServerArgs(...) or dict repr ({exc.msg} at column "
                          f"{exc.offset})") from None

@@ -204,13 +204,14 @@ def reassemble(lines: Iterable[tuple[int, int, str]]) -> Iterator[Logical]:
     yield from r.flush()
 
 
-def parse_stream(raw_lines: Iterable[bytes]) -> Iterator[tuple[Logical, bool]]:
-    """Complete lines as bytes (a file object) -> (logical record, valid UTF-8) for every line
-    that is a record or a rejection, reassembled; a last line without its newline is left out
-    (it may still be written). Every line is fed, so continuations without an anchor are seen."""
+def parse_stream(raw_lines: Iterable[bytes], bad_utf8: list[int] | None = None
+                 ) -> Iterator[Logical]:
+    """Complete lines as bytes (a file object) -> every logical record or rejection, reassembled;
+    a last line without its newline is left out (it may still be written). Every line is fed, so
+    continuations without an anchor are seen. Lines that are not valid UTF-8 are read with
+    replacement characters and their numbers appended to `bad_utf8`."""
     r = Reassembler()
     offset = 0
-    bad: set[int] = set()
     for line_no, raw in enumerate(raw_lines, 1):
         if not raw.endswith(b"\n"):
             break
@@ -218,10 +219,10 @@ def parse_stream(raw_lines: Iterable[bytes]) -> Iterator[tuple[Logical, bool]]:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             text = raw.decode("utf-8", errors="replace")
-            bad.add(line_no)
+            if bad_utf8 is not None:
+                bad_utf8.append(line_no)
         for lg in r.feed(line_no, offset, text):
             if lg.result is not None:
-                yield lg, lg.line_no not in bad
+                yield lg
         offset += len(raw)
-    for lg in r.flush():
-        yield lg, lg.line_no not in bad
+    yield from r.flush()

@@ -348,3 +348,31 @@ def test_fuzzed_real_lines_never_raise_and_stay_in_range():
             parse.derived_columns(got)
     n = sum(1 for _ in reassemble.reassemble(_lines(lines)))
     assert n > 1000
+
+
+def test_new_formats_reach_the_store(tmp_path):
+    """Real DuckDB: the vLLM config lines fill server_configs, the spec windows keep their depth
+    with per-position rates cut at it, prefix parts are stored, and the real 0.5.12 server_args
+    line gives its run a config (issue 18)."""
+    from specwatch import ingest, store
+    db = tmp_path / "f.duckdb"
+    logs = ["vllm-0.26-dynamic-depth-k8s.log", "sglang-0.5.12-real-server-args.log",
+            "sglang-0.5.23-dspark-simulated.log", "pasted-issue-report.log"]
+    ingest.ingest_paths(db, [str(ROOT / "sample_logs" / n) for n in logs])
+    with store.reader(db) as con:
+        cfg = con.execute(
+            "SELECT config_kind, engine_name, engine_version, speculative_algorithm, "
+            "speculative_num_steps, tp_size, speculative_dynamic, speculative_block_size "
+            "FROM server_configs ORDER BY speculative_algorithm, config_kind").fetchall()
+        spec = con.execute("SELECT spec_depth, per_position_acceptance_rate, outer_ts_text, process "
+                           "FROM vllm_spec_windows WHERE outer_ts_text IS NOT NULL "
+                           "ORDER BY line_no").fetchall()
+        ev = con.execute("SELECT kind FROM events ORDER BY kind").fetchall()
+    assert ("server_args", "sglang", None, "DSPARK", None, 1, None, 8) in cfg
+    assert ("server_args", "sglang", None, "EAGLE3", 3, 2, None, None) in cfg
+    assert ("vllm_engine_config", "vllm", "0.26.1", "eagle3", 5, 2, None, None) in cfg
+    assert ("vllm_args", "vllm", None, "eagle3", 5, 2, "[[1, 8, 5], [9, 64, 2]]", None) in cfg
+    assert {d for d, *_ in spec} == {5, 2}
+    assert all(len(r) == d for d, r, *_ in spec if r is not None)
+    assert all(o.endswith("Z") and p == "APIServer pid=1" for _, _, o, p in spec)
+    assert ("simulated",) in ev and ("exception",) in ev and ("arg_error",) in ev

@@ -345,7 +345,8 @@ class Board:
         try:   # one screen row per status line, or redrawing in place miscounts
             width = os.get_terminal_size(self.out.fileno()).columns - 1
         except (OSError, ValueError, AttributeError):
-            width = 159
+            width = 0
+        width = width if width > 0 else 159   # a pseudo-terminal may report no size
         for s in self.statuses:
             self.out.write(s.line(now)[:max(20, width)] + "\n")
         self.drawn = len(self.statuses)

@@ -18,7 +18,15 @@ line is noise (`None`).
 Typed values are range-checked here: ints must be plain decimals (no sign `+`) within int64,
 floats finite (`1e999` is refused; `nan` is missing). The C fast path (`_fastscan.c`, owned by
 ingest) must give the same rows for the canonical decode/prefill lines it takes, and send every
-other line here.
+other line here. What changed for decode/prefill lines in December 2026 (the fast path must agree):
+an int over 20 characters or past int64 (also `forward_iter`) is rejected "out of range for a
+64-bit integer"; `+3` is "not a valid int"; a non-finite float is "not a finite number"; a line
+cut inside the header or its first field is now rejected (it was noise); TokenSpeed's
+`Decode batch. #dp-rank: ...` is rejected as `tokenspeed_decode`; decode/prefill rows gain
+`process` and `outer_ts_text` (NULL for the plain `[ts ranks] ` prefix the fast path takes);
+a logging-style timestamp keeps its comma in `ts_text`. A record may span physical lines
+(`reassemble`): a line the fast path takes must be followed by one that starts a record
+(`reassemble.STARTS_RECORD`), a blank line or the end, else both go to the Python path.
 
 Not for: reading files (see `ingest`), storing (see `store`), or computing metrics (see views):
 values here are exactly what the line printed.

@@ -204,6 +204,45 @@ def reassemble(lines: Iterable[tuple[int, int, str]]) -> Iterator[Logical]:
     yield from r.flush()
 
 
+def feed_chunk(r: Reassembler, data: bytes, start_offset: int, start_line: int,
+               bad_utf8: list[int] | None = None, binary: list[int] | None = None
+               ) -> Iterator[Logical]:
+    """Complete lines in `data` (ending with a newline; file offset `start_offset`, after
+    `start_line` lines) -> the logical records they complete, for ingest's Python path: only
+    lines with a `parse.ANCHORS` anchor are parsed, plus the line after a held record (its
+    continuation has no anchor). Lines with NUL bytes are skipped (numbers appended to `binary`),
+    undecodable ones read with replacement characters (appended to `bad_utf8`). The held record
+    stays in `r` across chunks: call `r.flush()` at the end of the input, or, when more may come,
+    commit only up to `r.pending` and feed from there again next time."""
+    anchors = parse.ANCHORS
+    offset, line_no = start_offset, start_line
+    for raw in data.split(b"\n")[:-1]:
+        line_no += 1
+        here = offset
+        offset += len(raw) + 1
+        if b"\x00" in raw:
+            if binary is not None:
+                binary.append(line_no)
+            if r.holding:
+                yield from r.flush()
+            continue
+        if not r.holding:
+            for a in anchors:
+                if a in raw:
+                    break
+            else:
+                continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            if bad_utf8 is not None:
+                bad_utf8.append(line_no)
+        for lg in r.feed(line_no, here, text):
+            if lg.result is not None:
+                yield lg
+
+
 def parse_stream(raw_lines: Iterable[bytes], bad_utf8: list[int] | None = None
                  ) -> Iterator[Logical]:
     """Complete lines as bytes (a file object) -> every logical record or rejection, reassembled;

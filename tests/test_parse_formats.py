@@ -376,3 +376,22 @@ def test_new_formats_reach_the_store(tmp_path):
     assert all(len(r) == d for d, r, *_ in spec if r is not None)
     assert all(o.endswith("Z") and p == "APIServer pid=1" for _, _, o, p in spec)
     assert ("simulated",) in ev and ("exception",) in ev and ("arg_error",) in ev
+
+
+def test_feed_chunk_equals_feeding_every_line():
+    """Ingest's chunk feeder (anchored lines + the line after a held record) gives the same
+    logical records as feeding every line, also when a wrapped record spans two chunks."""
+    data = b""
+    for log in sorted((ROOT / "sample_logs").glob("*.log")):
+        raw = log.read_bytes()
+        data += raw[:raw.rfind(b"\n") + 1]
+    phys = [x + b"\n" for x in data.split(b"\n")[:-1]]
+    want = [(lg.line_no, lg.offset, lg.result) for lg in reassemble.parse_stream(phys)
+            if b"\x00" not in phys[lg.line_no - 1]]
+    for cut in (len(data) // 3, data.index(b"Wrapped at 100 columns") + 200):
+        cut = data.index(b"\n", cut) + 1
+        r = reassemble.Reassembler()
+        got = list(reassemble.feed_chunk(r, data[:cut], 0, 0))
+        got += reassemble.feed_chunk(r, data[cut:], cut, data[:cut].count(b"\n"))
+        got += r.flush()
+        assert [(lg.line_no, lg.offset, lg.result) for lg in got] == want

@@ -68,7 +68,7 @@ env = {{OMP_NUM_THREADS = "1"}}
 {top}
 [workload]
 prompts = "prompts.jsonl"
-num_prompts = 4
+num_prompts = {n}
 warmup_requests = 1
 output_tokens = 8
 """
@@ -79,11 +79,11 @@ TOO_LONG = "x" * 300          # longer than the context (160): the server refuse
 
 
 def make(tmp_path: Path, name: str, extra: str = "", conc: str = "[2]", startup: int = 120,
-         top: str = "", prompts: list[str] = PROMPTS):
+         top: str = "", prompts: list[str] = PROMPTS, n: int = 4):
     (tmp_path / "prompts.jsonl").write_text(
         "".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     p = tmp_path / f"{name}.toml"
-    p.write_text(HEAD.format(name=name, conc=conc, startup=startup, top=top) + extra)
+    p.write_text(HEAD.format(name=name, conc=conc, startup=startup, top=top, n=n) + extra)
     return sweepfile.load(p)
 
 
@@ -229,9 +229,13 @@ def test_server_killed_mid_load_fails_its_runs_and_leaves_nothing(tmp_path):
     assert leftovers(tmp_path) == [] and o.stop_clean
 
 
-def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path, sig):
+    """Ctrl-C, SIGTERM (a scheduler's kill) and SIGHUP (the terminal went away) all stop the
+    sweep the same way: what was measured is kept, nothing is left `running`, no server."""
     db = tmp_path / "s.duckdb"
-    make(tmp_path, "ctrlc", conc="[1, 2]")
+    make(tmp_path, "ctrlc", conc="[1, 2]", n=16)    # the second run lasts long enough to cut
     proc = subprocess.Popen(
         [sys.executable, "-m", "specwatch.cli", "run-sweep", str(tmp_path / "ctrlc.toml"),
          "--db", str(db), "--out-dir", str(tmp_path / "runs")],
@@ -240,12 +244,13 @@ def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path):
     for line in proc.stderr:
         lines.append(line)
         if "c=1 r=0 ok" in line:          # the first run is stored: interrupt the second
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             break
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, "".join(lines) + err
     got = {r["concurrency"]: r["status"] for r in rows(db, "SELECT * FROM runs")}
     assert got[1] == "ok" and got[2] == "interrupted"
+    assert signal.Signals(sig).name in "".join(lines) + err     # said what stopped it
     # the verdict table is still printed (baseline row at c=1)
     assert any(ln.split()[:2] == ["baseline", "1"] for ln in out.splitlines()), out
     assert leftovers(tmp_path) == []

@@ -326,7 +326,10 @@ class Server:
         self.started_at = time.monotonic()
 
     def owns_port(self) -> bool:
-        """Is the listener on our port this server's (its group's or a descendant's) socket?"""
+        """Is the listener on our port this server's (its group's or a descendant's) socket?
+        (True where /proc/net/tcp cannot be read: not Linux, nothing to check with.)"""
+        if not os.path.exists("/proc/net/tcp"):
+            return True
         return self.proc is not None and procs.listener_owned(self.port, self.proc.pid)
 
     def after_load(self, offset_from: int | None, offset_to: int | None, results) -> str | None:

@@ -410,3 +410,23 @@ def test_run_sweep_killed_with_sigkill_leaves_nothing_and_a_rerun_finds_the_port
     assert _gone({pid: start, **group}, 10) == []
     assert _port_freed(port)
     assert procs.reap_stale(out) == [] and not files[0].exists()
+
+
+@pytest.mark.parametrize("lines,cause", [
+    (["[2026-01-01 00:00:00 TP1] NCCL WARN Cuda failure 'out of memory'",
+      "[2026-01-01 00:00:00 TP0] NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error "
+      "(run with NCCL_DEBUG=INFO for details)"],
+     "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with NCCL_DEBUG=INFO "
+     "for details)"),
+    (["[2026-01-01 00:00:00] Initialization failed. warmup error: status 500: b'oops'"],
+     "Initialization failed. warmup error: status 500: b'oops'"),
+    (["[2026-01-01 00:00:00 TP0] CUDA out of memory. Tried to allocate 1.00 GiB"],
+     "CUDA out of memory. Tried to allocate 1.00 GiB"),
+    (["Killed"], None),                        # the OOM killer leaves nothing to name
+])
+def test_fatal_lines_without_a_traceback_are_the_cause(tmp_path, lines, cause):
+    code = "import os, sys\nfor l in sys.argv[1:]: print(l, flush=True)\nos._exit(1)\n"
+    msg = _die(tmp_path, [sys.executable, "-c", code, *lines])
+    want = f"{cause} (server exited with code 1" if cause else "server exited with code 1"
+    assert msg.startswith(want), msg
+    assert launch.failure_cause(tmp_path / "s.log") == cause

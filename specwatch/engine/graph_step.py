@@ -48,15 +48,21 @@ def spec_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
     seq_lens, verified, slots = inp[0], inp[1], inp[2]
     K, S, N = dec.topk, dec.num_steps, dec.num_draft_tokens
     B, dev, cap = seq_lens.shape[0], inp.device, dec.kv_capacity
-    if K == 1 and N == S + 1:
-        tree = _chain_tree(dec, verified, seq_lens, slots, rng)
+    chain = K == 1 and N == S + 1
+    # rel[b, j] = cache position j relative to the request's first new position
+    rel = torch.arange(cap, device=dev)[None, :] - seq_lens[:, None]
+    # prefix + causal over the S+1 new positions: attention_mask(seq_lens, cap, tril), in 1 op
+    causal = (rel[:, None, :] <= torch.arange(S + 1, device=dev)[None, :, None])[:, None]
+    if chain:
+        tree = _chain_tree(dec, verified, seq_lens, slots, rng, rel)
+        verify_mask = causal  # the chain's tree mask is the causal one
     else:
         parent_list, top_idx, draft_tokens = dec._draft_tree(
             dec._st_p[slots], dec._st_i[slots], dec._st_h[slots], seq_lens, cap, slots, rng, static=True)
         tree = ops.build_tree_device(verified, parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
+        verify_mask = attention_mask(seq_lens, cap, tree.tree_mask)
     # Verify: node n at cache position seq_len + n, RoPE position seq_len + depth.
-    kv = KVView(dec._tk, dec._tv, slots, seq_lens[:, None] + torch.arange(N, device=dev), cap,
-                attention_mask(seq_lens, cap, tree.tree_mask), rng)
+    kv = KVView(dec._tk, dec._tv, slots, seq_lens[:, None] + torch.arange(N, device=dev), cap, verify_mask, rng)
     logits, aux = dec.target(tree.draft_token, tree.positions, kv, capture=dec.capture)
     res = ops.verify_tree(logits.view(B * N, -1), tree.draft_token, tree.retrive_index,
                           tree.retrive_next_token, tree.retrive_next_sibling, S + 1)
@@ -73,8 +79,7 @@ def spec_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
         c[:, slot_i, :, dst] = c[:, slot_i, :, src]
     # Draft extend over the emitted tokens with the verify pass's aux rows of the accepted nodes.
     ext_aux = aux.gather(1, node[:, :, None].expand(B, S + 1, aux.shape[2]))
-    causal = torch.ones(S + 1, S + 1, dtype=torch.bool, device=dev).tril()[None]
-    kvd = KVView(dec._dk, dec._dv, slots, dst, cap, attention_mask(seq_lens, cap, causal), rng)
+    kvd = KVView(dec._dk, dec._dv, slots, dst, cap, causal, rng)
     dlogits, h = dec.draft(dec.target.embed_tokens(toks), dec._aux(ext_aux), dst, kvd)
     ar = torch.arange(B, device=dev)
     p, idx = ops.draft_topk(dlogits[ar, acc_len], K, dec.hot)
@@ -82,7 +87,7 @@ def spec_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
     return torch.cat([acc_len[:, None], toks], dim=1)
 
 
-def _chain_tree(dec, verified, seq_lens, slots, rng) -> DraftTree:
+def _chain_tree(dec, verified, seq_lens, slots, rng, rel) -> DraftTree:
     """The draft loop + tree of a chain (topk 1, N = S+1) without the generic selection: with one
     lane per step, select_top_k_tokens only forwards the token and hidden, `organize` keeps every
     node in step order (N-1 = S: scores cannot reorder them) and the tree is the chain 0-1-..-S.
@@ -92,8 +97,8 @@ def _chain_tree(dec, verified, seq_lens, slots, rng) -> DraftTree:
     tok, hidden = dec._st_i[slots], dec._st_h[slots][:, None]  # [B, 1], [B, 1, d]
     tokens = [tok]
     for i in range(S - 1):  # step i: draft position seq_len + i, its KV at seq_len + i
-        local = torch.ones(1, 1, i + 1, dtype=torch.bool, device=dev)
-        kv = KVView(dec._dk, dec._dv, slots, (seq_lens + i)[:, None], cap, attention_mask(seq_lens, cap, local), rng)
+        # prefix + the i+1 draft positions so far (attention_mask with an all-true local block)
+        kv = KVView(dec._dk, dec._dv, slots, (seq_lens + i)[:, None], cap, (rel <= i)[:, None, None, :], rng)
         logits, hidden = dec.draft(dec.target.embed_tokens(tok), hidden, (seq_lens + i)[:, None], kv)
         tok = ops.draft_topk(logits[:, 0], 1, dec.hot)[1]
         tokens.append(tok)

@@ -60,6 +60,7 @@ _HEADERS = ("Decode batch", "Prefill batch", "server_args=", "SpecDecoding metri
             *(t for t, _ in EVENT_TEXTS), "Error: ", ": error: ")
 # Byte anchors for ingest's prefilter: a line holding none of these is never a record.
 ANCHORS = tuple(h.encode() for h in _HEADERS)
+_ANY_HEADER = re.compile("|".join(re.escape(h) for h in _HEADERS))
 
 _BATCH_HEADER = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?[.,] ")
 _ENGINE_ID = re.compile(r"(Engine \d+|\d+ Engines Aggregated): $")
@@ -72,6 +73,8 @@ _EXC_LINE = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)(?:: (?P<
 _ARG_ERROR = re.compile(r"^[\w.\-]+: error: ")
 _SIM_VALUE = re.compile(r"SGLANG_SIMULATE_ACC_LEN=['\"]?([^\s'\"]+)")
 _INT64 = 2 ** 63 - 1
+_PLAIN_INT = re.compile(r"-?\d{1,18}$")            # always within int64
+_PLAIN_FLOAT = re.compile(r"-?\d{1,300}(?:\.\d*)?$")  # no exponent: always finite
 
 
 class Pct(float):
@@ -254,8 +257,15 @@ def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | N
     for name, value in fields.items():
         col = fmt.by_key.get(name)
         if col is not None and "=" not in value:
+            typ = col.type
+            if typ == "float" and _PLAIN_FLOAT.match(value):
+                fields[name] = float(value)  # the common shape, finite by construction
+                continue
+            if typ == "int" and _PLAIN_INT.match(value):
+                fields[name] = int(value)
+                continue
             try:
-                fields[name] = _typed(value, col.type)
+                fields[name] = _typed(value, typ)
             except ValueError as exc:  # on the last field: maybe cut off mid-value
                 return Rejected(fmt.kind, f"{name}={value[:40]!r}: {exc}", name,
                                 incomplete=name == last_key)
@@ -378,12 +388,11 @@ def _at_message_start(text: str, at: int, anchor: str) -> tuple[prefix.Prefix, s
 
 def parse_line(line: str) -> Record | Rejected | None:
     """Parse one line (with or without its newline). None means: not a line specwatch stores."""
-    found = [(line.find(h), h) for h in _HEADERS if h in line]
-    if not found:
+    if _ANY_HEADER.search(line) is None:
         return None
     line = prefix.clean(line)
-    found = sorted((line.find(h), h) for _, h in found if h in line)
-    for _, anchor in found:
+    found = list(dict.fromkeys(m.group(0) for m in _ANY_HEADER.finditer(line)))
+    for anchor in found:  # in the order they occur: the first real header wins
         text, quoted = prefix.unquote(line, anchor)
         at = text.find(anchor)
         if at < 0:

@@ -13,7 +13,7 @@
  * configure(reserved_keys)          normalised keys that must not land in the `fields` JSON
  * scan(data, base_off, base_line, decode_bufs, prefill_bufs, slow_idx)
  *   -> (n_decode, n_prefill, n_slow, first_bad_utf8, n_bad_utf8, first_binary, n_binary,
- *       decode_str_lens, prefill_str_lens)
+ *       decode_str_lens, prefill_str_lens, n_lines)
  * Each *_bufs is a tuple of caller-allocated writable buffers (see fastscan.py `_Kind`):
  *   i64[N_I64][cap], i32[N_I32][cap], f64[N_F64][cap], i8[2][cap],
  *   str_off[3][cap + 1] (int32), str_data0, str_data1, str_data2 (ts_text, rank, fields JSON).
@@ -46,7 +46,7 @@ enum { S_TS, S_RANK, S_FIELDS, S_N };
 static const char *ANCHORS[] = {" batch", "server_args=", "metrics: ", "Avg prompt throughput:",
                                 "fired up and ready to roll", "Initialization failed.",
                                 "Scheduler hit an exception", "KV cache pool is full",
-                                "Received sigquit", "Initializing a V1 LLM engine",
+                                "Received sigquit", "LLM engine (v",
                                 "non-default args:", "SpecDecoding timing",
                                 "SGLANG_SIMULATE_ACC_LEN=", "Error: ", ": error: ", NULL};
 
@@ -568,9 +568,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *res = NULL;
     if (overflow) PyErr_SetString(PyExc_ValueError, "slow-line index is smaller than the line count");
     else
-        res = Py_BuildValue("nnnLLLL(nnn)(nnn)", D.n, P.n, ns, first_bad, n_bad, first_bin, n_bin,
+        res = Py_BuildValue("nnnLLLL(nnn)(nnn)L", D.n, P.n, ns, first_bad, n_bad, first_bin, n_bin,
                             D.str[0].len, D.str[1].len, D.str[2].len,
-                            P.str[0].len, P.str[1].len, P.str[2].len);
+                            P.str[0].len, P.str[1].len, P.str[2].len,
+                            (long long)(line_no - base_line));
     table_close(&D); table_close(&P);
     PyBuffer_Release(&data); PyBuffer_Release(&sl);
     return res;

@@ -130,6 +130,8 @@ def parse_vllm_engine_config(text: str) -> dict[str, Any]:
     """The payload of `Initializing a V1 LLM engine (vX.Y.Z) with config: ...` -> fields, with
     `version` and `speculative_config` ({method, model, num_spec_tokens} or None)."""
     out: dict[str, Any] = {}
+    if not re.match(r"Initializing an? (?:V[01] )?LLM engine \(v", text):
+        raise ValueError("not vLLM's 'Initializing a V1 LLM engine (vX) with config:' line")
     head, sep, body = text.partition(" with config: ")
     if not sep:
         raise ValueError("no ' with config: ' after the engine header (cut-off line?)")
@@ -201,7 +203,8 @@ def config_columns(kind: str, f: dict[str, Any]) -> dict[str, Any]:
         sc = sc if isinstance(sc, dict) else {}
         return dict(
             engine_name="vllm", model_path=_str(f.get("model")),
-            draft_model_path=_str(sc.get("model")), speculative_algorithm=_str(sc.get("method")),
+            draft_model_path=_str(sc.get("model", sc.get("draft_model"))),  # <= 0.6: draft_model
+            speculative_algorithm=_str(sc.get("method")),
             speculative_num_steps=_int(sc.get("num_spec_tokens")),
             tp_size=_int(f.get("tensor_parallel_size")), dp_size=_int(f.get("data_parallel_size")),
             pp_size=_int(f.get("pipeline_parallel_size")),

@@ -55,7 +55,7 @@ EVENT_TEXTS = (
 )
 SIMULATE_ENV = "SGLANG_SIMULATE_ACC_LEN="
 _HEADERS = ("Decode batch", "Prefill batch", "server_args=", "SpecDecoding metrics:",
-            "Speculative metrics:", "Avg prompt throughput:", "Initializing a V1 LLM engine",
+            "Speculative metrics:", "Avg prompt throughput:", "LLM engine (v",
             "non-default args:", "SpecDecoding timing", READY_TEXT, SIMULATE_ENV,
             *(t for t, _ in EVENT_TEXTS), "Error: ", ": error: ")
 # Byte anchors for ingest's prefilter: a line holding none of these is never a record.
@@ -63,6 +63,7 @@ ANCHORS = tuple(h.encode() for h in _HEADERS)
 _ANY_HEADER = re.compile("|".join(re.escape(h) for h in _HEADERS))
 
 _BATCH_HEADER = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?[.,] ")
+_ENGINE_INIT = re.compile(r"Initializing an? (?:V[01] )?L$")
 _ENGINE_ID = re.compile(r"(Engine \d+|\d+ Engines Aggregated): $")
 _VLLM_SPLIT = re.compile(r", (?=[A-Z#][^:,]*: )")
 _KEY_CLEAN = re.compile(r"[^a-z0-9]+")
@@ -406,6 +407,12 @@ def parse_line(line: str) -> Record | Rejected | None:
         if anchor == "Error: ":
             # a traceback's last line `ModuleNotFoundError: No module named 'x'` starts at the name
             start = max(text.rfind(" ", 0, at), text.rfind("]", 0, at), -1) + 1
+        elif anchor == "LLM engine (v":
+            # `Initializing a V1 LLM engine (v…`, `… a V0 …` (0.7-0.10), `… an LLM engine` (<= 0.6)
+            m = _ENGINE_INIT.search(text, 0, at + 1)
+            if m is None:
+                continue
+            start = m.start()
         got = _at_message_start(text, start, anchor)
         if got is None and anchor == SIMULATE_ENV:
             got = prefix.Prefix(), None  # an env assignment anywhere in a command line counts
@@ -422,8 +429,8 @@ def parse_line(line: str) -> Record | Rejected | None:
             res = _vllm(text, at, anchor, p, _SPEC, None)
         elif anchor == "Avg prompt throughput:":
             res = _vllm(text, at, anchor, p, _TPUT, engine)
-        elif anchor in ("server_args=", "non-default args:", "Initializing a V1 LLM engine"):
-            res = _config(text, at, anchor, p)
+        elif anchor in ("server_args=", "non-default args:", "LLM engine (v"):
+            res = _config(text, start, anchor, p)
         else:
             res = _event(text, start, anchor, p)
         if res is not None:

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+from specwatch import formats as _formats
 from specwatch import parse, prefix
 
 DOCKER_SPLIT = 16 * 1024    # bytes of message per docker json-file log entry
@@ -265,3 +266,35 @@ def parse_stream(raw_lines: Iterable[bytes], bad_utf8: list[int] | None = None
                 yield lg
         offset += len(raw)
     yield from r.flush()
+
+
+def check_wrapped(fmts) -> None:
+    """Reassemble every `[[wrapped]]` sample of lines.toml and compare with its expectation."""
+    problems = []
+    for s in fmts.wrapped:
+        lines = s.text.split("\n")
+        off, feed = 0, []
+        for i, t in enumerate(lines, 1):
+            feed.append((i, off, t))
+            off += len(t) + 1
+        got = [lg for lg in reassemble(feed) if lg.result is not None]
+        r = got[0].result if len(got) == 1 else None
+        if "reason" in s.expect:
+            if not isinstance(r, parse.Rejected) or s.expect["reason"] not in r.reason:
+                problems.append(f"wrapped {s.kind} ({s.note}): should be rejected for "
+                                f"{s.expect['reason']!r}, got {[lg.result for lg in got]!r}")
+            continue
+        if not isinstance(r, parse.Record) or r.kind != s.kind or r.parts != len(lines):
+            problems.append(f"wrapped {s.kind} ({s.note}): got {[lg.result for lg in got]!r}")
+            continue
+        d = r.as_dict()
+        for k, want in s.expect.items():
+            if d.get(k, "<missing>") != want:
+                problems.append(f"wrapped {s.kind} ({s.note}): {k}={d.get(k, '<missing>')!r}, "
+                                f"expected {want!r}")
+    if problems:
+        raise _formats.FormatError(f"{_formats.FORMATS_FILE}: {len(problems)} wrapped sample(s) "
+                                   "fail:\n  " + "\n  ".join(problems))
+
+
+check_wrapped(parse.FORMATS)

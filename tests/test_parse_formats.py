@@ -395,3 +395,15 @@ def test_feed_chunk_equals_feeding_every_line():
         got += reassemble.feed_chunk(r, data[cut:], cut, data[:cut].count(b"\n"))
         got += r.flush()
         assert [(lg.line_no, lg.offset, lg.result) for lg in got] == want
+
+
+def test_wrapped_samples_are_declared_and_checked():
+    fmts = parse.FORMATS
+    assert {s.kind for s in fmts.wrapped} >= {"sglang_decode", "sglang_prefill",
+                                             "vllm_spec_decode", "vllm_throughput"}
+    reassemble.check_wrapped(fmts)  # raises on drift
+    broken = fmts.wrapped[0]
+    import dataclasses
+    bad = dataclasses.replace(fmts, wrapped=(dataclasses.replace(broken, expect={"queue_req": 9}),))
+    with pytest.raises(Exception, match="queue_req=0, expected 9"):
+        reassemble.check_wrapped(bad)

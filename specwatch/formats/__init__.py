@@ -58,6 +58,9 @@ class Formats:
     # other engines that must be rejected as their own kind (expect = {reason = fragment})
     other: tuple[Sample, ...] = ()
     lookalike: tuple[Sample, ...] = ()
+    # records hard-wrapped over several physical lines (checked by specwatch.reassemble):
+    # Sample.text holds the lines joined by "\n"; expect names the joined parse, or `reason`
+    wrapped: tuple[Sample, ...] = ()
 
 
 def _line_format(raw: dict, where: str) -> LineFormat:
@@ -100,4 +103,6 @@ def load(path: Path = FORMATS_FILE) -> Formats:
                   for o in data.get("other", []))
     look = tuple(Sample(o["text"], {"reason": o["reason"]}, o.get("note", ""), o["kind"])
                  for o in data.get("lookalike", []))
-    return Formats(lines, noise, malformed, other, look)
+    wrapped = tuple(Sample("\n".join(w["lines"]), w.get("expect", {}) or {"reason": w["reason"]},
+                           w.get("note", ""), w["kind"]) for w in data.get("wrapped", []))
+    return Formats(lines, noise, malformed, other, look, wrapped)

@@ -106,6 +106,7 @@ class ScanResult:
     n_bad_utf8: int
     first_binary: int
     n_binary: int
+    lines: int = 0                    # complete lines scanned
 
 
 class _Kind:
@@ -162,15 +163,16 @@ def _fixed(typ: pa.DataType, values: np.ndarray, null: np.ndarray) -> pa.Array:
 def _scan_one(data, base_offset: int, base_line: int) -> ScanResult:
     """Scan `data` (complete lines, ending with a newline) starting at file offset `base_offset`,
     after `base_line` lines."""
-    lines = data.count(b"\n") + 1
-    cap = min(lines, len(data) // MIN_ROW_BYTES + 16)
+    cap = len(data) // MIN_ROW_BYTES + 16
     dec = _Kind(_KINDS["decode"], cap, len(data))
     pre = _Kind(_KINDS["prefill"], cap, len(data))
-    sl = np.empty((lines, 2), dtype=np.int64)
-    nd, npf, ns, fbad, nbad, fbin, nbin, dlens, plens = _fastscan.scan(
+    # a line handed back carries an anchor (>= 6 bytes) and its newline; pages never written
+    # are never touched, so this bound costs address space, not memory
+    sl = np.empty((len(data) // 7 + 1, 2), dtype=np.int64)
+    nd, npf, ns, fbad, nbad, fbin, nbin, dlens, plens, nlines = _fastscan.scan(
         data, base_offset, base_line, dec.buffers(), pre.buffers(), sl)
     return ScanResult(dec.columns(nd, dlens), pre.columns(npf, plens), sl[:ns].copy(),
-                      fbad, nbad, fbin, nbin)
+                      fbad, nbad, fbin, nbin, nlines)
 
 
 def scan(data, base_offset: int, base_line: int, workers: int = 1,
@@ -201,4 +203,5 @@ def scan(data, base_offset: int, base_line: int, workers: int = 1,
         {k: pa.concat_arrays([r.prefill[k] for r in results]) for k in results[0].prefill},
         np.concatenate(slow) if slow else np.zeros((0, 2), np.int64),
         bad[0].first_bad_utf8 if bad else -1, sum(r.n_bad_utf8 for r in results),
-        binr[0].first_binary if binr else -1, sum(r.n_binary for r in results))
+        binr[0].first_binary if binr else -1, sum(r.n_binary for r in results),
+        sum(r.lines for r in results))

@@ -11,9 +11,12 @@ Not for: following files as they grow (see `tail`), or knowing any line format (
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,8 @@ from specwatch.rows import Batches, parse_chunk, parse_chunk_checked, parse_raw 
 
 FP_LEN = 1024              # bytes hashed to fingerprint a file
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst while following a file
-BULK_CHUNK_BYTES = 32 << 20   # one-shot ingest: scanned while the previous chunk is inserted
+BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: scanned while the previous chunk is inserted
+BULK_HOLD_S = 2.0          # one-shot ingest keeps its writer across chunks for up to this long
 # What a batch insert raises when a value in it cannot be stored (not: locks, disk, checkpoints).
 _DATA_ERRORS = (pa.ArrowException, duckdb.DataError, duckdb.IntegrityError,
                 duckdb.InvalidInputException, ValueError, TypeError, OverflowError)
@@ -166,6 +170,37 @@ class _Stat:
         self.st_size = size
 
 
+class _WriterHold:
+    """One writer connection kept across the chunks of a bulk drain, given back after `max_s`
+    (so readers and `tail` wait at most that long) and at the end. Opening a writer per chunk
+    costs a lock, a schema check and a checkpoint each time."""
+
+    def __init__(self, db: str, max_s: float):
+        self.db, self.max_s = db, max_s
+        self._cm = None
+        self._con = None
+        self._since = 0.0
+
+    @contextlib.contextmanager
+    def writer(self):
+        if self._con is not None and time.monotonic() - self._since > self.max_s:
+            self.release()
+        if self._con is None:
+            self._cm = store.writer(self.db)
+            self._con = self._cm.__enter__()
+            self._since = time.monotonic()
+        try:
+            yield self._con
+        except BaseException:
+            self.release(*sys.exc_info())
+            raise
+
+    def release(self, *exc) -> None:
+        cm, self._cm, self._con = self._cm, None, None
+        if cm is not None:
+            cm.__exit__(*(exc or (None, None, None)))
+
+
 class FileIngestor:
     """Ingests one path, across rotations: remembers the open file and its source between calls.
 
@@ -194,6 +229,7 @@ class FileIngestor:
         self._attached: set[str] = set()
         self._tail_of: schema.Source | None = None   # the source _tail_bytes belongs to
         self._tail_bytes = b""
+        self._hold: _WriterHold | None = None
 
     def close(self) -> None:
         if self._fh is not None:
@@ -203,8 +239,14 @@ class FileIngestor:
 
     def _open(self):
         fh = open_log(self.path)
-        self._ident = os.fstat(fh.fileno()) if fh.name == self.path else os.stat(self.path)
-        self._compressed = fh.name != self.path
+        own = os.fstat(fh.fileno())
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            named = own   # rotated away meanwhile: what we opened is all there is
+        # a decompressed scratch copy is another file than the one named
+        self._compressed = (own.st_dev, own.st_ino) != (named.st_dev, named.st_ino)
+        self._ident = named if self._compressed else own
         return fh
 
     def _fstat(self) -> _Stat:
@@ -323,6 +365,7 @@ class FileIngestor:
         if src.offset_bytes >= end:
             return result
         pool = ThreadPoolExecutor(1) if self.overlap else None
+        self._hold = _WriterHold(self.db, BULK_HOLD_S) if self.overlap else None
         try:
             nxt = self._read(src, src.offset_bytes, src.lines_done, end)
             while nxt is not None:
@@ -330,7 +373,7 @@ class FileIngestor:
                 if pool is not None and chunk.end < end:
                     # scan the next chunk while this one is inserted (DuckDB releases the GIL)
                     ahead = pool.submit(self._read, src, chunk.end,
-                                        chunk.lines_done + chunk.data.count(b"\n"), end)
+                                        chunk.lines_done + chunk.batches.lines, end)
                 if not self._commit(src, chunk, result):
                     if ahead is not None:
                         ahead.cancel()
@@ -344,6 +387,9 @@ class FileIngestor:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
+            if self._hold is not None:
+                self._hold.release()
+                self._hold = None
         return result
 
     def _commit(self, src: schema.Source, chunk: _Chunk, result: IngestResult) -> bool:
@@ -353,7 +399,7 @@ class FileIngestor:
         if chunk.changed or chunk.offset != src.offset_bytes:
             self._src = None
             return False
-        lines = data.count(b"\n")
+        lines = chunk.batches.lines
         new_offset = chunk.end
         if src.fingerprint_len < FP_LEN:
             head = os.pread(self._fh.fileno(), min(FP_LEN, new_offset), 0)
@@ -364,7 +410,7 @@ class FileIngestor:
         src.tail_fingerprint = _fingerprint(tail)
         attach = self.run_id if src.source_id not in self._attached else None
         notes = chunk.notes
-        with store.writer(self.db) as con:
+        with (self._hold.writer() if self._hold is not None else store.writer(self.db)) as con:
             try:
                 try:
                     stored = store.append_with_checkpoint(

@@ -85,6 +85,7 @@ class Batches:
     def __init__(self):
         self.tables: dict[str, dict[str, list]] = {}
         self.arrow: dict[str, list] = {}
+        self.lines = 0   # complete lines parsed into these batches
 
     def all(self) -> dict[str, list]:
         """{table: [column lists and/or Arrow tables]} for store.insert."""
@@ -243,6 +244,7 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
     bad_utf8: list[int] = []
     if fast if fast is not None else fastscan.available():
         sr = fastscan.scan(data, start_offset, start_line)
+        batches.lines += sr.lines
         for table, cols in (("decode_windows", sr.decode), ("prefill_windows", sr.prefill)):
             n = len(cols["byte_offset"])
             if n:
@@ -266,7 +268,9 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
     offset = start_offset
     line_no = start_line
     bad_binary: list[int] = []
-    for raw in data.split(b"\n")[:-1]:
+    split = data.split(b"\n")[:-1]
+    batches.lines += len(split)
+    for raw in split:
         line_no += 1
         here = offset
         offset += len(raw) + 1

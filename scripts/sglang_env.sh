@@ -19,13 +19,17 @@ VERSION="${1:-${SPECWATCH_SGLANG_VERSION:-0.5.23}}"
 CACHE="${SPECWATCH_SGLANG_CACHE:-$HOME/.cache/specwatch-sglang}"
 DEST="$CACHE/$VERSION"
 PY="$DEST/bin/python"
-if [ -f "$DEST/.complete" ] && "$PY" -c "import sglang.srt.server_args" >/dev/null 2>&1; then
+# Imports of sglang $VERSION's parser, reporter, models and launch_server up to model construction
+# (found by importing them; on CPU launch_server then dies in RotaryEmbedding: no module 'vllm').
+DEPS=(psutil pybase64 msgspec pyzmq tqdm aiohttp transformers einops apache-tvm-ffi dill
+      sentencepiece compressed-tensors gguf openai partial_json_parser uvloop fastapi setproctitle
+      xgrammar soundfile)
+STAMP="sglang==$VERSION ${DEPS[*]}"
+if [ "$(cat "$DEST/.complete" 2>/dev/null)" = "$STAMP" ] \
+    && "$PY" -c "import sglang.srt.server_args" >/dev/null 2>&1; then
   echo "$PY"
   exit 0
 fi
-# Imports of sglang $VERSION's parser, reporter, models and launch_server (found by importing them).
-DEPS=(psutil pybase64 msgspec pyzmq tqdm aiohttp transformers einops apache-tvm-ffi dill
-      sentencepiece compressed-tensors gguf openai partial_json_parser)
 mkdir -p "$CACHE"
 rm -rf "$DEST"
 BASE_PY="${SPECWATCH_BASE_PYTHON:-python3}"
@@ -52,6 +56,6 @@ if "torchvision" not in seen:
 EOF
 )
 "$PY" -m pip install -q "${SPECS[@]}" >&2 2> >(grep -v "^WARNING: Location\|dependency resolver\|requires .*, but you have" >&2)
-"$PY" -c "import sglang.srt.server_args, sglang.srt.managers.scheduler_components.metrics_reporter" >&2
-touch "$DEST/.complete"
+"$PY" -c "import sglang.srt.server_args, sglang.srt.managers.scheduler_components.metrics_reporter, sglang.srt.entrypoints.http_server" >&2
+echo "$STAMP" > "$DEST/.complete"
 echo "$PY"

@@ -56,7 +56,7 @@ def test_two_tails_on_one_new_file_store_every_line_once(tmp_path):
     """Before: the source row was created at the first commit, keyed by a head length that grows
     with the file, so two tails identifying it at different sizes made two sources (2 of 7
     trials stored every line twice)."""
-    for trial in range(4):
+    for trial in range(2):   # the step-by-step race is the next test; this is the real thing
         db, log = tmp_path / f"t{trial}.duckdb", tmp_path / f"server{trial}.log"
         ingest.ensure_run(db, log.name)   # both tails start at once on an existing store
         tails = [tail_proc(db, log) for _ in range(2)]
@@ -260,9 +260,11 @@ def _corrupt_files(tmp_path, samples_db) -> dict[str, Path]:
 def test_corrupt_database_gives_a_clear_message_from_every_command(tmp_path, samples_db):
     log = tmp_path / "server.log"
     log.write_bytes(line(1))
+    every = (("sql", "SELECT count(*) FROM runs"), ("report",), ("ingest", log), ("tail", log),
+             ("doctor",), ("dashboard", "--port", "18599"))
     for kind, bad in _corrupt_files(tmp_path, samples_db).items():
-        for cmd in (("sql", "SELECT count(*) FROM runs"), ("report",), ("ingest", log),
-                    ("tail", log), ("doctor",), ("dashboard", "--port", "18599")):
+        # every command on a garbled file; the other damage on a reader and a writer
+        for cmd in every if kind == "garbled" else every[:1] + every[2:3]:
             p = run_cli(*cmd, "--db", bad, check=False, timeout=60)
             assert p.returncode != 0, (kind, cmd, p.stdout)
             assert "corrupt or not a DuckDB database" in p.stderr, (kind, cmd, p.stderr)

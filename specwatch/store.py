@@ -37,7 +37,7 @@ from typing import Iterator
 import duckdb
 import pyarrow as pa
 
-from specwatch import schema
+from specwatch import schema, summaries
 from specwatch.views import VIEWS
 
 DEFAULT_DB = "specwatch.duckdb"
@@ -108,8 +108,8 @@ def explain(path: str | Path, exc: BaseException) -> StoreError | None:
     first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
     if "No space left on device" in msg or getattr(exc, "errno", None) == 28:
         return StoreFull(f"{path}: No space left on device while writing the database; free space "
-                         "on its file system (nothing is lost: logs are re-read from the last "
-                         "checkpoint, tail keeps retrying)")
+                         "on its file system (nothing is lost: the logs are read again from the "
+                         "last stored checkpoint)")
     if any(k in msg for k in _CORRUPT):
         return StoreCorrupt(f"{path}: the database file is corrupt or not a DuckDB database "
                             f"({first}); restore it from a backup, or move it away and re-ingest "
@@ -292,6 +292,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql.replace(' PRIMARY KEY', '')}")
     for sql in VIEWS:
         con.execute(sql)
+    summaries.rebuild(con)   # partial sums of every run's windows (new table or new definition)
     con.execute("CREATE TABLE IF NOT EXISTS specwatch_meta (schema_version INTEGER)")
     con.execute("DELETE FROM specwatch_meta")
     con.execute("INSERT INTO specwatch_meta VALUES (?)", [schema.SCHEMA_VERSION])
@@ -371,9 +372,13 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
                         [new_offset, new_lines_done, now, source.path, source.fingerprint,
                          source.fingerprint_len, source.device, source.inode,
                          source.tail_fingerprint, source.source_id])
-        n = 0
+        n = windows = 0
         for table, cols in batches.items():
-            n += insert(con, table, cols)
+            k = insert(con, table, cols)
+            n += k
+            windows += k if table == "decode_windows" else 0
+        if windows:   # the runs holding this range get the new windows in their partial sums
+            summaries.fold_appended(con, source.source_id, expect_offset)
         if run_id is not None:
             attach_source(con, run_id, source.source_id)
         con.execute("COMMIT")
@@ -411,6 +416,7 @@ def attach_source(con: duckdb.DuckDBPyConnection, run_id: str, source_id: str,
     con.execute("DELETE FROM run_sources WHERE run_id = ? AND source_id = ? AND offset_from = ?",
                 [run_id, source_id, offset_from])
     con.execute("INSERT INTO run_sources VALUES (?, ?, ?, ?)", [run_id, source_id, offset_from, offset_to])
+    summaries.rebuild(con, run_id, source_id)   # this run's windows on this source, from scratch
 
 
 def dumps(value) -> str:

@@ -97,9 +97,10 @@ def test_triton_path_sampling_equals_reference(prompts, triton_calls, monkeypatc
 
 
 class _HostCopiesAsOnCuda(SpecDecoder):
-    """The decoder with its CUDA-only host<->device branches switched on (one fused device->host
-    copy per tree build and per verify, the tree re-uploaded) but no pinned memory, which needs
-    a GPU: the CI machine has none, so this is the only place those branches run there."""
+    """The decoder with its CUDA-only branches of the eager step switched on (tree built with
+    build_tree_device, one fused device->host copy per step, sampling distributions packed into it
+    as fp32 bit patterns) but no pinned memory, which needs a GPU: the CI machine has none, so this
+    is the only place those branches run there."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
@@ -107,9 +108,6 @@ class _HostCopiesAsOnCuda(SpecDecoder):
 
     def _dev(self, data, dtype=torch.long):
         return torch.tensor(data, dtype=dtype)
-
-    def _to_dev(self, t):
-        return t.clone()
 
 
 @pytest.mark.parametrize("steps,topk,ndt", [(3, 4, 8), (1, 2, 3)], ids=["tree", "one-step"])

@@ -280,20 +280,17 @@ class SpecDecoder:
             return torch.tensor(data, dtype=dtype)
         return torch.tensor(data, dtype=dtype, pin_memory=True).to(self.device, non_blocking=True)
 
-    def _to_dev(self, t: torch.Tensor) -> torch.Tensor:
-        """A host tensor on the decoder's device (without a sync on CUDA)."""
-        if not self._on_cuda:
-            return t
-        return t.pin_memory().to(self.device, non_blocking=True)
-
     def _to_host(self, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Integer device tensors -> host tensors in ONE copy (one sync) on CUDA; as-is on CPU."""
+        """Integer (or fp32) device tensors -> host tensors in ONE copy (one sync) on CUDA; as-is
+        on CPU. fp32 travels bit for bit as its int32 pattern."""
         if not self._on_cuda:
             return ts
-        flat = torch.cat([t.reshape(-1).long() for t in ts]).cpu()
+        flat = torch.cat([(t.contiguous().view(torch.int32) if t.dtype == torch.float32 else t).reshape(-1).long()
+                          for t in ts]).cpu()
         out, at = [], 0
         for t in ts:
-            out.append(flat[at: at + t.numel()].view(t.shape).to(t.dtype))
+            part = flat[at: at + t.numel()].view(t.shape)
+            out.append(part.to(torch.int32).view(torch.float32) if t.dtype == torch.float32 else part.to(t.dtype))
             at += t.numel()
         return tuple(out)
 
@@ -507,15 +504,20 @@ class SpecDecoder:
             parts.append(res.predict.long()[res.accept_index.long().clamp(min=0)])
         if sampling or not self._on_cuda:
             parts += [tree.draft_token, tree.retrive_next_token, tree.retrive_next_sibling]
-        host = [t.tolist() for t in self._to_host(*parts)]
+        sampled = [b for b, r in enumerate(reqs) if r.temperature > 0]
+        if sampled and self._on_cuda:  # the sampling rows' target distributions ride in the same copy
+            probs = self._to_host(torch.stack([self._probs(logits[b], reqs[b]) for b in sampled]), *parts)
+            probs, host = {b: p for b, p in zip(sampled, probs[0])}, [t.tolist() for t in probs[1:]]
+        else:
+            probs, host = None, [t.tolist() for t in self._to_host(*parts)]
         acc_index, acc_len, bonus = host[:3]
         emitted_dev = host[3] if self._on_cuda else None
         tokens, next_token, next_sibling = host[-3:] if len(host) > 3 + self._on_cuda else (None, None, None)
         paths, emitted = [], []
         for b, req in enumerate(reqs):
             if req.temperature > 0:
-                path, toks = sample_tree(self._probs(logits[b], req).cpu(), next_token[b], next_sibling[b],
-                                         tokens[b], seqs[b].gen)
+                path, toks = sample_tree(probs[b] if probs is not None else self._probs(logits[b], req),
+                                         next_token[b], next_sibling[b], tokens[b], seqs[b].gen)
             else:
                 path = [g - b * N for g in acc_index[b][:acc_len[b] + 1]]
                 toks = emitted_dev[b][: acc_len[b] + 1] if emitted_dev is not None else \

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 def _t(sql: str):
@@ -313,6 +313,39 @@ class Alert:
     message: str = _t("VARCHAR")
 
 
+@dataclass
+class RunWindowSums:
+    """Partial sums of one run's decode windows per (source, server config, DP rank, PP rank),
+    kept up to date as windows are stored (`specwatch/summaries.py`), so `run_metrics` reads these
+    instead of every window. What each sum is, and how `run_metrics` combines them, is in views.py
+    (`WINDOW_SUMS`); not a metric itself. `windows_all` counts every window, the `_k` sums skip the
+    windows after idle (`after_idle`), the `first_` columns are the partition's first window."""
+
+    run_id: str = _t("VARCHAR")
+    source_id: str = _t("VARCHAR")
+    config_offset: int = _t("BIGINT")
+    dp_rank: int = _t("INTEGER")
+    pp_rank: int = _t("INTEGER")
+    windows_all: int = _t("BIGINT")
+    last_byte_offset: int = _t("BIGINT")
+    last_ts: dt.datetime = _t("TIMESTAMP")
+    windows_k: int = _t("BIGINT")
+    al_num_k: float = _t("DOUBLE")
+    al_den_k: int = _t("BIGINT")
+    ar_num_k: float = _t("DOUBLE")
+    ar_den_k: int = _t("BIGINT")
+    gen_sum_k: float = _t("DOUBLE")
+    gen_n_k: int = _t("BIGINT")
+    graph_k: bool = _t("BOOLEAN")
+    first_al_num: float = _t("DOUBLE")
+    first_al_den: int = _t("BIGINT")
+    first_ar_num: float = _t("DOUBLE")
+    first_ar_den: int = _t("BIGINT")
+    first_gen_sum: float = _t("DOUBLE")
+    first_gen_n: int = _t("BIGINT")
+    first_graph: bool = _t("BOOLEAN")
+
+
 TABLES: dict[str, type] = {
     "sources": Source,
     "runs": Run,
@@ -326,6 +359,7 @@ TABLES: dict[str, type] = {
     "rejected_lines": RejectedLine,
     "requests": Request,
     "alerts": Alert,
+    "run_window_sums": RunWindowSums,
 }
 
 # Which table each parsed record kind goes to.

@@ -45,15 +45,20 @@ from __future__ import annotations
 LOW_ACCEPT_LEN = 1.5
 IDLE_GAP_S = 60
 
-VIEWS = [
-    f"""
-CREATE OR REPLACE VIEW decode_windows_scoped AS
+
+def scoped_windows_sql(where: str = "") -> str:
+    """The decode windows of each run with their server config, `after_idle` and `rank_windows`:
+    the one definition, used by the view `decode_windows_scoped` (no `where`) and by
+    specwatch/summaries.py for a few runs or a source's newest windows (`where` filters the joined
+    rows, aliases `d` = decode_windows and `rs` = run_sources, before the window functions)."""
+    return f"""
 WITH scoped AS (
   SELECT rs.run_id, d.*
   FROM decode_windows d
   JOIN run_sources rs
     ON d.source_id = rs.source_id AND d.byte_offset >= rs.offset_from
    AND (rs.offset_to IS NULL OR d.byte_offset < rs.offset_to)
+  {("WHERE " + where) if where else ""}
 ), cfg AS (
   SELECT s.*, c.byte_offset AS config_offset,
          c.model_path AS cfg_model_path, c.draft_model_path AS cfg_draft_model_path,
@@ -73,20 +78,47 @@ SELECT *,
   count(*) OVER (PARTITION BY run_id, source_id, config_offset, dp_rank, pp_rank) AS rank_windows
 FROM cfg
 WINDOW w AS (PARTITION BY run_id, source_id, config_offset, dp_rank, pp_rank ORDER BY byte_offset)
-""",
-    """
+"""
+
+
+# The partial sums of a run's decode windows that run_metrics needs, per (run, source, server
+# config, DP rank, PP rank): kept in the table run_window_sums as windows are stored
+# (specwatch/summaries.py), so a render reads a few rows per run instead of every window.
+# (name, aggregate over windows) — `_k` over the windows not after idle, `first_` over the
+# partition's first window (kept only when it is the rank's only window: see run_metrics):
+WINDOW_SUMS = [
+    ("al_num", "sum(accept_len * running_req)"),
+    ("al_den", "sum(CASE WHEN accept_len IS NOT NULL THEN running_req END)"),
+    ("ar_num", "sum(accept_rate_printed * running_req)"),
+    ("ar_den", "sum(CASE WHEN accept_rate_printed IS NOT NULL THEN running_req END)"),
+    ("gen_sum", "sum(gen_throughput_tok_s)"),
+    ("gen_n", "count(gen_throughput_tok_s)"),
+    ("graph", "bool_or(graph_enabled)"),
+]
+# Kept windows of a partition: those not after idle, or its first one when it is the only one.
+_KEPT = "CASE WHEN windows_all = 1 THEN first_{0} ELSE {0}_k END"
+
+VIEWS = [
+    f"CREATE OR REPLACE VIEW decode_windows_scoped AS {scoped_windows_sql()}",
+    f"""
 CREATE OR REPLACE VIEW run_metrics AS
 WITH kept AS (
-  SELECT * FROM decode_windows_scoped WHERE NOT after_idle OR rank_windows = 1
+  SELECT * FROM run_window_sums s
+  -- a partition counts while its run still holds that source (writers re-scope runs)
+  WHERE EXISTS (SELECT 1 FROM run_sources rs WHERE rs.run_id = s.run_id
+                                               AND rs.source_id = s.source_id)
+    AND CASE WHEN windows_all = 1 THEN 1 ELSE windows_k END > 0
 ), per_rank AS (
+  -- accept_len numerator/denominator: Σ accept_len·running_req and Σ running_req (WINDOW_SUMS)
   SELECT run_id, source_id AS config_source_id, config_offset, dp_rank,
-    count(*) AS windows,
-    sum(accept_len * running_req) AS al_num,
-    sum(CASE WHEN accept_len IS NOT NULL THEN running_req END) AS al_den,
-    sum(accept_rate_printed * running_req) AS ar_num,
-    sum(CASE WHEN accept_rate_printed IS NOT NULL THEN running_req END) AS ar_den,
-    avg(gen_throughput_tok_s) AS rank_gen_tok_s,
-    bool_or(graph_enabled) AS graph_enabled
+    sum(CASE WHEN windows_all = 1 THEN 1 ELSE windows_k END) AS windows,
+    sum({_KEPT.format("al_num")}) AS al_num,
+    sum({_KEPT.format("al_den")}) AS al_den,
+    sum({_KEPT.format("ar_num")}) AS ar_num,
+    sum({_KEPT.format("ar_den")}) AS ar_den,
+    -- the mean gen throughput of the rank's kept windows
+    sum({_KEPT.format("gen_sum")}) / nullif(sum({_KEPT.format("gen_n")}), 0) AS rank_gen_tok_s,
+    bool_or({_KEPT.format("graph")}) AS graph_enabled
   FROM kept GROUP BY ALL
 ), per_cfg AS (
   SELECT run_id, config_source_id, config_offset,

@@ -164,6 +164,10 @@ def environment(base: dict[str, str], extra: tuple[tuple[str, str], ...] = (),
     env = dict(base)
     env.update(dict(extra))
     env["PYTHONUNBUFFERED"] = "1"
+    # millisecond log timestamps (SGLang 0.5.6+ and the built-in engine): runs last seconds, and
+    # whole-second timestamps stack a run's decode windows on a few points (the sweep's env may
+    # set SGLANG_LOG_MS = "0")
+    env.setdefault("SGLANG_LOG_MS", "1")
     if engine == "builtin":
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(

@@ -170,8 +170,9 @@ def main() -> int:
     for c, ws, notes, same in winner_rows:
         lines.append(f"| {c} | " + " | ".join(f"{w or '(none)'}: {n}" for w, n in zip(ws, notes))
                      + f" | {'yes' if same else 'NO'} |")
-    lines += ["", "Cells: verdict, speedup [95% CI] (config_stats, views.py: log-ratio Welch t "
-              "interval over the repeats). Timings are from a shared, busy CPU machine."]
+    lines += ["", "Cells: verdict, speedup [95% CI] (config_stats, views.py: log-ratio t "
+              "interval over the repeats, paired by interleaved block within a sweep). Timings "
+              "are from a shared, busy CPU machine."]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -117,6 +117,8 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=200, help="lines per second")
     ap.add_argument("--reader-poll-ms", type=float, default=100.0)
     ap.add_argument("--tail-poll-interval", type=float, default=0.25)
+    ap.add_argument("--tail-arg", action="append", default=[],
+                    help="extra `specwatch tail` argument, e.g. --tail-arg=--no-alerts")
     ap.add_argument("--rotate-every", type=float, default=0.0, help="rename-rotate every N s (0: no)")
     args = ap.parse_args()
 
@@ -125,7 +127,8 @@ def main() -> None:
         log, db, out = tmp / "server.log", tmp / "bench.duckdb", tmp / "reader.json"
         tail = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "tail", str(log), "--db",
                                  str(db), "--run", "bench", "--poll-interval",
-                                 str(args.tail_poll_interval)], env=ENV, stderr=subprocess.PIPE)
+                                 str(args.tail_poll_interval), *args.tail_arg],
+                                env=ENV, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while not db.exists():
             if tail.poll() is not None or time.monotonic() > deadline:

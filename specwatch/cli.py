@@ -217,8 +217,9 @@ def report(db, fmt, run, sweep, wide):
 @click.option("--alert-rank-gap", default=0.25, show_default=True,
               type=click.FloatRange(0, min_open=True),
               help="Warn when a DP rank's accept length is this fraction away from the other ranks'.")
+@click.option("--no-alerts", is_flag=True, help="Only ingest: no rules, no status lines.")
 def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
-         alert_trend_windows, alert_trend_drop, alert_rank_gap):
+         alert_trend_windows, alert_trend_drop, alert_rank_gap, no_alerts):
     """Follow growing log files and ingest new complete lines as they appear, exactly once, across
     rotation (rename or copy-truncate), truncation and restarts, until SIGINT/SIGTERM. On a
     terminal it keeps one status line per file (windows stored, last accept length and rate, gen
@@ -236,7 +237,9 @@ def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
     rules = alerts.Rules(accept_len_min=alert_accept_len, windows=alert_windows,
                          trend_windows=alert_trend_windows, trend_drop_frac=alert_trend_drop,
                          rank_gap_frac=alert_rank_gap)
-    board = None if quiet else alerts.Board()
+    board = None if quiet or no_alerts else alerts.Board()
+    if no_alerts:
+        rules = None
     tail_log = logging.getLogger("specwatch.tail")
     if board is not None and board.tty:   # log lines go above the status lines, not through them
         tail_log.addHandler(board.handler())

@@ -21,8 +21,6 @@ Not a tuner: it says what is wrong and where to look, not which config is best (
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import hashlib
 import json
 import math
 import statistics
@@ -30,7 +28,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specwatch import query
+from specwatch import aux_layers, modelinfo, query
 from specwatch.views import LOW_ACCEPT_LEN  # accept length below which the draft barely predicts
 
 # A run whose accept length is at most this fraction of a sibling's (same sweep, so same prompts and
@@ -192,39 +190,60 @@ def _kept(ws: list[dict]) -> list[dict]:
 
 
 def _local_dir(path: str | None) -> Path | None:
-    if not path:
-        return None
-    from specwatch.engine import BUILTIN_PREFIX, models_dir
-    d = models_dir() / path[len(BUILTIN_PREFIX):] if path.startswith(BUILTIN_PREFIX) else Path(path)
-    return d if (d / "config.json").is_file() else None
+    return modelinfo.local_dir(path)
 
 
-@functools.lru_cache(maxsize=64)
 def _weights_id(path: str | None) -> str | None:
-    """Identity of a draft's weights: sha1 of its model.safetensors if local, else the path."""
-    d = _local_dir(path)
-    f = d / "model.safetensors" if d else None
-    if f is None or not f.is_file():
-        return path
-    return hashlib.sha1(f.read_bytes()).hexdigest()
+    """Identity of a draft's weights: sha1 of its weight files if local, else the path."""
+    mi = modelinfo.info(path)
+    return mi.weights_sha1 if mi is not None and mi.weights_sha1 else path
 
 
 def _num_layers(model_path: str | None) -> int | None:
-    d = _local_dir(model_path)
-    if d is None:
-        return None
-    try:
-        return int(json.loads((d / "config.json").read_text())["num_hidden_layers"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    mi = modelinfo.info(model_path)
+    return mi.num_layers if mi is not None else None
 
 
 def _ids(row: dict) -> list[int] | None:
+    """The served aux ids: what the sweep configured, else the draft's config.json at the path the
+    server_args line names (ingested logs), else None."""
     try:
         ids = json.loads(row["aux_layer_ids"]) if row.get("aux_layer_ids") else None
     except ValueError:
+        ids = None
+    if isinstance(ids, list):
+        return [int(i) for i in ids]
+    mi = modelinfo.info(row.get("draft_model_path"))
+    return list(mi.aux_layer_ids) if mi is not None and mi.aux_layer_ids is not None else None
+
+
+def _target(row: dict) -> tuple[str | None, int | None]:
+    """(architecture, layer count) of the target from its config.json, when it is local."""
+    mi = modelinfo.info(row.get("model_path"))
+    return (mi.architecture, mi.num_layers) if mi is not None else (None, None)
+
+
+def _fmt_outputs(outputs: list) -> str:
+    return "[" + ", ".join("nothing" if o is None else ("embedding" if o == -1 else f"layer {o}")
+                           for o in outputs) + "]"
+
+
+def capture_text(row: dict, ids: list[int]) -> str | None:
+    """What these ids capture on this run's target, per SGLang's rule for its architecture; when
+    the architecture is unknown, what each candidate rule would make of them (never a guess)."""
+    arch, L = _target(row)
+    if L is None:
         return None
-    return [int(i) for i in ids] if isinstance(ids, list) else None
+    readings = aux_layers.read(arch, ids, L, row.get("sglang_version"))
+    used, _ = aux_layers.rules_for(row.get("sglang_version"))
+    if len(readings) == 1:
+        (rd,) = readings.values()
+        return (f"on {arch} ({L} layers; SGLang {used} rule: {aux_layers.RULE_TEXT[rd.rule]}) ids "
+                f"{ids} capture the outputs {_fmt_outputs(rd.outputs)}")
+    parts = [f"{aux_layers.RULE_TEXT[n]}: {_fmt_outputs(rd.outputs)}" for n, rd in readings.items()]
+    return (f"the target's architecture ({arch or 'not in its config.json'}) has no verified SGLang "
+            f"rule, so which layers ids {ids} capture depends on its model class; the rules SGLang "
+            f"{used} uses would give: " + "; ".join(parts))
 
 
 def describe_shift(served: list[int], want: list[int]) -> str:
@@ -263,15 +282,17 @@ def _step1(ctx: _Ctx, run_id: str) -> tuple[float | None, int]:
 
 
 def _sibling(ctx: _Ctx, row: dict) -> dict | None:
-    """Best run of the same sweep, draft weights, spec shape and concurrency with other aux ids."""
+    """Best run of the same sweep (or, for ingested logs, likewise outside any sweep), target,
+    draft weights, spec shape and concurrency with other aux ids."""
     ids = _ids(row)
-    if row.get("sweep_name") is None or ids is None:
+    if ids is None:
         return None
     me = _weights_id(row["draft_model_path"])
     best = None
     for r in ctx.summary:
         if (r["run_id"] == row["run_id"] or r["sweep_name"] != row["sweep_name"]
-                or r.get("accept_len") is None or _ids(r) in (None, ids)
+                or r.get("accept_len") is None or r.get("speculative_algorithm") is None
+                or _ids(r) in (None, ids)
                 or any(r.get(k) != row.get(k) for k in (
                     "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens", "concurrency", "model_path", "tp_size"))
@@ -283,29 +304,38 @@ def _sibling(ctx: _Ctx, row: dict) -> dict | None:
 
 
 def _id_hints(row: dict) -> list[str]:
-    """What the stored ids and the target's layer count say (only facts that are known)."""
-    ids, L = _ids(row), _num_layers(row.get("model_path"))
-    hints = []
+    """What the served ids capture on this target under SGLang's rule (only facts that are known)."""
+    ids, (arch, L) = _ids(row), _target(row)
     if ids is None:
-        return ["the served eagle_aux_hidden_state_layer_ids are not stored for this run; read them "
-                "from the draft's config.json"]
+        return ["the served eagle_aux_hidden_state_layer_ids are not known for this run: the draft's "
+                "config.json is not on this machine at the path the server_args line names"]
     if L is None:
-        return [f"served ids {ids}; compare them with the target's num_hidden_layers L: SGLang id k "
-                f"captures the input of layer k+1 (= output of layer k), valid ids -1..L-2, default "
-                f"capture [2, L//2, L-3] (= ids [1, L//2-1, L-4])"]
-    out = [i for i in ids if not -1 <= i <= L - 2]
-    if out:
-        hints.append(f"ids {out} are outside -1..{L - 2} for this {L}-layer target: SGLang silently "
-                     f"captures fewer states")
-    if -1 in ids:
-        hints.append("id -1 feeds the draft the embedding output (RMS ~70x below the layers); drafts "
-                     "are trained on mid/late layers, so a list with -1 usually slid by one slot")
-    if sorted(ids) == [2, L // 2, L - 3]:
-        hints.append(f"ids equal SGLang's default *capture* layers [2, {L // 2}, {L - 3}]; written as "
-                     f"ids they capture one layer later than a draft trained on the default "
-                     f"(ids [1, {L // 2 - 1}, {L - 4}])")
-    return hints or [f"served ids {ids} are valid for this {L}-layer target; the draft may still have "
-                     f"been trained on other layers: run `specwatch align` on its training features"]
+        return [f"served ids {ids}; the target's config.json is not on this machine, so which "
+                f"layers they capture is unknown: SGLang's rule depends on its architecture "
+                f"(Llama-family: output of layer id; DeepseekV2/V3, Kimi-K2.5, GLM-4-MoE-Lite: "
+                f"output of layer id-1 unless the first id is 1, and -1 captures nothing)"]
+    readings = aux_layers.read(arch, ids, L, row.get("sglang_version"))
+    hints = [capture_text(row, ids)]
+    default = [2, L // 2, L - 3]  # SGLang's capture indices when the draft names no ids
+    for name, rd in readings.items():
+        tag = "" if len(readings) == 1 else f"under '{aux_layers.RULE_TEXT[name]}': "
+        if rd.missing:
+            lost = [ids[n] for n in rd.missing]
+            hints.append(f"{tag}ids {lost} capture nothing on this {L}-layer target (no layer has "
+                         f"that index), so the draft gets {len(ids) - len(lost)} of {len(ids)} "
+                         f"states")
+        elif -1 in rd.outputs:
+            hints.append(f"{tag}id {ids[rd.outputs.index(-1)]} feeds the draft the embedding output "
+                         f"(RMS ~70x below the layers); drafts are trained on mid/late layers, so a "
+                         f"list with it usually slid by one slot")
+        if rd.indices == default:
+            hints.append(f"{tag}ids {ids} capture SGLang's default layers (indices {default}, what "
+                         f"it captures when a draft names no ids)")
+        elif rd.indices == [i + 1 for i in default]:
+            want = aux_layers.ids_for_outputs(name, [i - 1 for i in default], L)
+            hints.append(f"{tag}ids {ids} capture one layer later than SGLang's default capture "
+                         f"(indices {default}); a draft trained on the default wants ids {want}")
+    return hints
 
 
 def check_accept(ctx: _Ctx, row: dict, ws: list[dict], probe) -> list[Finding]:
@@ -342,12 +372,17 @@ def check_accept(ctx: _Ctx, row: dict, ws: list[dict], probe) -> list[Finding]:
         s1, _ = _step1(ctx, sib["run_id"])
         if s1 is not None:
             n2["sibling_step1_acceptance"] = round(s1, 4)
+        have_cap, want_cap = capture_text(row, have), capture_text(sib, want)
+        arch, L = _target(row)
+        n2.update(target_architecture=arch, target_num_layers=L)
+        why = "; ".join(t for t in (have_cap, want_cap) if t)
         out.append(Finding(
             row["run_id"], row["run_name"], "accept_len_below_sibling", "error",
             f"accept length {al:.2f} vs {sib['accept_len']:.2f} for the same draft with ids {want}: "
             f"aux ids {have} are wrong, {describe_shift(have, want)}",
             Evidence(n2, rows + (Ref("runs", run_id=sib["run_id"], note="sibling run"),)),
-            f"serve eagle_aux_hidden_state_layer_ids = {want} (as in run {sib['run_name']})",
+            f"serve eagle_aux_hidden_state_layer_ids = {want} (as in run {sib['run_name']})"
+            + (f"; {why}" if why else ""),
             row.get("config_offset")))
     return out
 
@@ -515,7 +550,8 @@ def check_graph(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
                     Evidence(nums, rows),
                     "speculative decoding launches many small kernels per step; without CUDA graphs "
                     "the launch overhead eats the gain. Remove --disable-cuda-graph, or raise "
-                    "--cuda-graph-max-bs above the running batch size", row.get("config_offset"))]
+                    "--cuda-graph-max-bs-decode (before SGLang 0.5.23: --cuda-graph-max-bs) above the "
+                    "running batch size", row.get("config_offset"))]
 
 
 def check_queue(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:

@@ -351,3 +351,107 @@ def test_e2e_shifted_ids_flagged_and_suggestion_restores_accept_len(tmp_path):
     assert al_fixed >= 0.9 * stored["correct"]["accept_len"]
     assert al_fixed >= 1.15 * stored["shifted"]["accept_len"]
     assert al_fixed >= 1.15 * al_served
+
+
+# ----------------------------------------------------------------------------- aux ids per architecture
+
+BASE_ARGS = (SAMPLES / "sglang-0.5.23-llama8b-baseline.log").read_text().splitlines()[0]
+
+
+def _deployment(root: Path, arch: str) -> dict[str, Path]:
+    """A 61-layer target (config.json only) and one draft's weights in two dirs whose config.json
+    serve ids [-1, 2, 30] and [2, 30, 58] (the deployment issue 11 describes)."""
+    target = root / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": [arch],
+                                                    "num_hidden_layers": 61}))
+    weights = bytes(range(256)) * 64
+    dirs = {"target": target}
+    for name, ids in (("wrong", [-1, 2, 30]), ("right", [2, 30, 58])):
+        d = root / f"draft-{name}"
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(weights)
+        (d / "config.json").write_text(json.dumps({
+            "architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}))
+        dirs[name] = d
+    return dirs
+
+
+def _sglang_0523_log(path: Path, t0: dt.datetime, target: Path, draft: Path | None, al: float,
+                     tput: float) -> None:
+    """A SGLang 0.5.23 log: its dict-form server_args line naming these paths, then decode lines
+    in the reporter's format (tests/contract checks it byte for byte against the real one)."""
+    from specwatch.engine import sglang_log
+    head = SPEC_ARGS if draft else BASE_ARGS
+    head = head.replace("/models/Llama-3.1-8B-Instruct", str(target)).replace(
+        "/models/sglang-EAGLE3-LLaMA3.1-Instruct-8B", str(draft))
+    rows = [f"[{t0:%Y-%m-%d %H:%M:%S}] log of {path.stem}", head]
+    for i in range(6):
+        ts = t0 + dt.timedelta(seconds=i + 1)
+        msg = sglang_log.decode_line(
+            num_running_reqs=4, num_tokens=900 + 40 * i, token_usage=0.01,
+            accept_len=al if draft else None, accept_rate=(al - 1) / 3 if draft else None,
+            graph="cuda graph", gen_throughput_tok_s=tput, num_queue_reqs=0)
+        rows.append(f"[{ts:%Y-%m-%d %H:%M:%S}] {msg.replace('cuda graph: False', 'cuda graph: True')}")
+    _write(path, rows)
+
+
+def _diagnose_deployment(db, tmp_path, arch):
+    dirs = _deployment(tmp_path, arch)
+    t0 = dt.datetime(2026, 11, 20, 9, 0, 0)
+    _sglang_0523_log(tmp_path / "base.log", t0, dirs["target"], None, 0, 1000.0)
+    _sglang_0523_log(tmp_path / "ids-wrong.log", t0 + dt.timedelta(minutes=1), dirs["target"],
+                     dirs["wrong"], 1.12, 700.0)
+    _sglang_0523_log(tmp_path / "ids-right.log", t0 + dt.timedelta(minutes=2), dirs["target"],
+                     dirs["right"], 2.85, 1900.0)
+    # plain ingest: no sweep, no stored aux ids; doctor reads the config.json files themselves
+    ingest.ingest_paths(db, [str(tmp_path / n) for n in ("base.log", "ids-wrong.log",
+                                                          "ids-right.log")])
+    return doctor.diagnose(db)[0]
+
+
+def test_ingested_deepseek_deployment_names_the_wrong_ids_and_never_the_right_ones(db, tmp_path):
+    findings = _diagnose_deployment(db, tmp_path, "DeepseekV3ForCausalLM")
+    wrong = _codes(findings, "ids-wrong.log")
+    sib = wrong["accept_len_below_sibling"]
+    assert sib.evidence.numbers["aux_layer_ids"] == [-1, 2, 30]
+    assert sib.evidence.numbers["sibling_run"] == "ids-right.log"
+    assert sib.evidence.numbers["sibling_aux_layer_ids"] == [2, 30, 58]
+    assert sib.evidence.numbers["target_architecture"] == "DeepseekV3ForCausalLM"
+    assert sib.evidence.numbers["target_num_layers"] == 61
+    assert "aux ids [-1, 2, 30] are wrong" in sib.title
+    assert sib.suggestion.startswith("serve eagle_aux_hidden_state_layer_ids = [2, 30, 58]")
+    # DeepseekV3 in SGLang 0.5.23: ids are indices unless the first is 1; -1 captures nothing
+    assert "ids [-1, 2, 30] capture the outputs [nothing, layer 1, layer 29]" in sib.suggestion
+    assert "ids [2, 30, 58] capture the outputs [layer 1, layer 29, layer 57]" in sib.suggestion
+    near1 = wrong["accept_len_near_1"]
+    assert "ids [-1] capture nothing on this 61-layer target" in near1.suggestion
+    assert "slower_than_baseline" in wrong
+    right = [f for f in findings if f.run == "ids-right.log"]
+    assert _problems(right) == []
+    for f in findings:  # nothing anywhere calls [2, 30, 58] wrong or late
+        assert "[2, 30, 58] are wrong" not in f.title + f.suggestion
+        assert "one layer later" not in f.title + f.suggestion
+
+
+def test_ingested_llama_deployment_gives_the_llama_rule(db, tmp_path):
+    findings = _diagnose_deployment(db, tmp_path, "LlamaForCausalLM")
+    wrong = _codes(findings, "ids-wrong.log")
+    sib = wrong["accept_len_below_sibling"]
+    assert sib.evidence.numbers["sibling_aux_layer_ids"] == [2, 30, 58]
+    assert "slot shift" in sib.title
+    # Llama-family: index = id + 1, so id k captures the output of layer k; -1 = the embedding
+    assert "ids [-1, 2, 30] capture the outputs [embedding, layer 2, layer 30]" in sib.suggestion
+    assert "ids [2, 30, 58] capture the outputs [layer 2, layer 30, layer 58]" in sib.suggestion
+    near1 = wrong["accept_len_near_1"].suggestion
+    assert "feeds the draft the embedding output" in near1 and "capture nothing" not in near1
+    assert _problems([f for f in findings if f.run == "ids-right.log"]) == []
+
+
+def test_unknown_architecture_lists_the_rules_instead_of_guessing(db, tmp_path):
+    findings = _diagnose_deployment(db, tmp_path, "SomeNewForCausalLM")
+    near1 = _codes(findings, "ids-wrong.log")["accept_len_near_1"].suggestion
+    assert "has no verified SGLang rule" in near1
+    assert "[embedding, layer 2, layer 30]" in near1          # the Llama-family reading
+    assert "[nothing, layer 1, layer 29]" in near1            # the DeepseekV2/V3 reading

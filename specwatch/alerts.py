@@ -1,8 +1,9 @@
 """What `specwatch tail` says while it follows a live server: a status line per followed file and
 a warning when a rule fires (issue 16). Warnings are also stored in the `alerts` table.
 
-Rules, evaluated on each stored decode window of a speculative run (windows without an accept
-length, i.e. no speculation, are counted but never judged), per DP rank where that matters:
+Rules, evaluated on each stored decode window of a speculative run (SGLang `Decode batch`, vLLM
+`SpecDecoding metrics`; windows without an accept length, i.e. no speculation, are counted but
+never judged), per DP rank where that matters:
   - `low_accept_len`: accept length below `accept_len_min` for `windows` consecutive windows of
     one DP rank: the draft stopped predicting the target.
   - `no_accept`: the stuck signature `accept len: 1.00, accept rate: 0.00` with requests running,
@@ -222,6 +223,16 @@ class _Stream:
         return out
 
 
+# SGLang decode windows, and vLLM spec-decoding windows read the same way: mean acceptance length
+# is the accept length, the draft acceptance rate the accept rate, tokens drafted stand for
+# "requests running" (none drafted = idle); vLLM prints no year, so no log time and no lag.
+_WINDOWS = """(
+  SELECT source_id, byte_offset, line_no, ts, dp_rank, running_req, accept_len,
+    accept_rate_printed, gen_throughput_tok_s FROM decode_windows
+  UNION ALL
+  SELECT source_id, byte_offset, line_no, NULL::TIMESTAMP, NULL::INTEGER,
+    least(drafted_tokens, 2147483647)::INTEGER, mean_acceptance_length,
+    draft_acceptance_rate_pct / 100, NULL::DOUBLE FROM vllm_spec_windows)"""
 _COLS = ("source_id, byte_offset, line_no, ts, dp_rank, running_req, accept_len, "
          "accept_rate_printed, gen_throughput_tok_s")
 
@@ -270,10 +281,10 @@ class Monitor:
                     mark = self.marks.get(source_id)
                     if mark is None and not self._seeded:
                         rows = con.execute(
-                            f"SELECT * FROM (SELECT {_COLS} FROM decode_windows WHERE source_id = ? "
+                            f"SELECT * FROM (SELECT {_COLS} FROM {_WINDOWS} WHERE source_id = ? "
                             "ORDER BY byte_offset DESC LIMIT ?) ORDER BY byte_offset",
                             [source_id, SEED_WINDOWS]).fetchall()
-                        n_before = con.execute("SELECT count(*) FROM decode_windows WHERE "
+                        n_before = con.execute(f"SELECT count(*) FROM {_WINDOWS} WHERE "
                                                "source_id = ?", [source_id]).fetchone()[0]
                         for row in rows:
                             stream.feed(Window(*row))   # history: state only, nothing fires
@@ -282,7 +293,7 @@ class Monitor:
                         self.marks[source_id] = rows[-1][1] if rows else -1
                         continue
                     rows = con.execute(
-                        f"SELECT {_COLS} FROM decode_windows WHERE source_id = ? AND byte_offset > ? "
+                        f"SELECT {_COLS} FROM {_WINDOWS} WHERE source_id = ? AND byte_offset > ? "
                         "ORDER BY byte_offset", [source_id, -1 if mark is None else mark]).fetchall()
                     for row in rows:
                         for a in stream.feed(Window(*row)):

@@ -296,3 +296,21 @@ def test_rule_flags_reach_the_rules(tmp_path):
         tail.stop()
     assert rows[0][0] == "low_accept_len" and rows[0][1] == 4   # the third window (lines 2-4)
     assert "< 2.50 for 3 consecutive windows" in rows[0][4]
+
+
+def vllm(i: int, mal: float) -> str:
+    acc = int((mal - 1) * 3000)
+    return (f"(APIServer pid=1) INFO 10-20 09:{i // 6:02d}:{i % 6 * 10:02d} [metrics.py:96] "
+            f"SpecDecoding metrics: Mean acceptance length: {mal:.2f}, Accepted throughput: "
+            f"{acc / 10:.2f} tokens/s, Drafted throughput: 900.00 tokens/s, Accepted: {acc} tokens, "
+            f"Drafted: 9000 tokens, Per-position acceptance rate: 0.800, 0.600, 0.400, "
+            f"Avg Draft acceptance rate: {acc / 90:.1f}%\n")
+
+
+def test_vllm_logs_are_judged_too(tmp_path):
+    fired = _judge(tmp_path, [vllm(i, 2.8) for i in range(4)] + [vllm(4 + i, 1.1) for i in range(3)])
+    assert [a.rule for a in fired] == ["low_accept_len"]
+    assert "accept length 1.10 < 1.50 for 2 consecutive windows" in fired[0].message
+    (tmp_path / "h").mkdir()
+    healthy = (SAMPLES / "vllm-0.11-eagle3.log").read_text().splitlines(keepends=True)
+    assert _judge(tmp_path / "h", healthy) == []

@@ -56,6 +56,10 @@ class TailError(store.StoreError):
     """A path that cannot be followed (a directory, ...). A StoreError so the CLI reports it."""
 
 
+class TailStopped(store.StoreError):
+    """A second SIGINT/SIGTERM arrived while the tail was still waiting to store."""
+
+
 def _is_sibling(name: str, base: str) -> bool:
     return name.startswith(base + ".") or name.startswith(base + "-")
 
@@ -269,6 +273,11 @@ def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interv
     restore = {}
     if threading.current_thread() is threading.main_thread():
         def on_signal(signum, frame):
+            if stop.is_set():
+                # A second signal: stop now, even while waiting for a held database (the log
+                # keeps what is not stored; the next tail continues from the checkpoint).
+                raise TailStopped(f"stopped by signal {signum} while the database was busy; "
+                                  "lines not yet stored are read by the next tail or ingest")
             stop.set()
             wake.set()
         for sig in (signal.SIGINT, signal.SIGTERM):

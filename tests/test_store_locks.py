@@ -317,3 +317,40 @@ def test_disk_full_says_so_and_tail_retries_until_space_returns(tmp_path, small_
     assert "No space left on device" in err and "will retry" in err, err
     assert "Traceback" not in err
     assert tokens(db) == list(range(n))
+
+
+def test_second_signal_stops_a_tail_that_waits_for_a_held_database(tmp_path):
+    """A foreign client holds the file: the first SIGTERM asks tail to stop after its drain (which
+    waits for the lock), a second one stops it at once, with nothing stored twice later."""
+    db, log = tmp_path / "s.duckdb", tmp_path / "server.log"
+    log.write_bytes(b"".join(line(i) for i in range(5)))
+    run_cli("ingest", log, "--db", db)
+    tail = tail_proc(db, log)
+    time.sleep(2.0)
+    ready = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, pathlib, time\n"
+        f"con = duckdb.connect({str(db)!r})\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(60)\n")])
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.02)
+        with open(log, "ab") as f:
+            f.write(b"".join(line(i) for i in range(5, 10)))
+        time.sleep(1.0)     # tail is now waiting for the lock
+        tail.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert tail.poll() is None
+        t0 = time.monotonic()
+        tail.send_signal(signal.SIGTERM)
+        _, err = tail.communicate(timeout=20)
+        assert time.monotonic() - t0 < 10
+        assert tail.returncode == 1 and "stopped by signal" in err and "Traceback" not in err, err
+    finally:
+        holder.kill()
+        holder.wait()
+    run_cli("ingest", log, "--db", db)
+    assert tokens(db) == list(range(10))

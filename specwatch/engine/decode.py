@@ -60,6 +60,7 @@ class StepStats:
     num_accepted_drafts: int  # sum over requests, bonus excluded (SGLang's num_accepted)
     num_generated_tokens: int  # tokens appended this step over all requests
     num_proposed_drafts: int  # batch_size * (num_draft_tokens - 1); 0 without speculation
+    cuda_graph: bool = False  # the step was a CUDA-graph replay (SGLang's "cuda graph: True")
 
 
 @dataclass
@@ -404,9 +405,9 @@ class SpecDecoder:
                 seq.last_token = tok
                 req.output_ids.append(tok)
                 req.finished = len(req.output_ids) >= req.max_new_tokens
-            return StepStats(B, 0, B, 0)
+            return StepStats(B, 0, B, 0, self.graphs.capture)
         N = self.num_draft_tokens
-        stats = StepStats(B, 0, 0, B * (N - 1))
+        stats = StepStats(B, 0, 0, B * (N - 1), self.graphs.capture)
         for req, seq, row in zip(reqs, seqs, out):
             self._account(req, seq, row[0] + 1, row[1: row[0] + 2], stats)
         return stats

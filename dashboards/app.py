@@ -12,43 +12,74 @@ no logs and computes no metric. It only selects, filters, sorts, labels and plot
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import sys
 from pathlib import Path
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
-from specwatch import query, store, views
+from specwatch import doctor, query, store
 
 HERE = Path(__file__).resolve().parent
 # `streamlit run` puts the script's folder on sys.path; AppTest does not. Do the same for both.
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+import charts  # noqa: E402
 import queries as Q  # noqa: E402
 
 REFRESH_CHOICES = {"off": None, "2 s": 2, "5 s": 5, "10 s": 10, "30 s": 30}
 DEFAULT_REFRESH = "5 s"
-VIEW_NAMES = ["Compare", "Concurrency", "Time series", "Acceptance", "Findings", "SQL"]
+VIEW_NAMES = ["Compare", "Concurrency", "Pareto", "Time series", "Acceptance", "Findings", "SQL"]
 MAX_POINTS_PER_SERIES = 1500      # decode windows plotted per (run, DP rank); thinned beyond
 SQL_TIMEOUT_S = 10.0
 
-# Table columns: (column, label, format) in display order.
-TABLE_COLUMNS = [
-    ("config", "config", None), ("concurrency", "conc.", "%d"),
-    ("accept_len", "accept len", "%.2f"), ("accept_rate", "accept rate", "percent"),
-    ("output_tok_s", "output tok/s", "%.0f"), ("speedup_client", "speedup", "%.2f×"),
-    ("gen_throughput_tok_s", "gen tok/s (log)", "%.0f"), ("speedup_gen", "speedup (log)", "%.2f×"),
-    ("ttft_ms_p50", "TTFT p50 ms", "%.1f"), ("ttft_ms_p99", "TTFT p99 ms", "%.1f"),
-    ("itl_ms_p50", "ITL p50 ms", "%.1f"), ("itl_ms_p99", "ITL p99 ms", "%.1f"),
-    ("status", "status", None), ("flags", "flags", None), ("role", "role", None),
-    ("speculative_algorithm", "algorithm", None), ("steps", "steps", "%d"), ("topk", "topk", "%d"),
-    ("draft_tokens", "draft tok", "%d"), ("tp_size", "TP", "%d"), ("baseline", "baseline", None),
-    ("sweep_name", "sweep", None), ("run_name", "run", None),
+# The Compare table's columns: (column, label, README glossary term or own help text, shown by
+# default). Default columns fit a 1400 px window; "All columns" shows every column of the view.
+COMPARE_COLUMNS = [
+    ("config", "config", "config", True),
+    ("verdict", "verdict", "verdict", True),
+    ("speedup_text", "speedup [95% CI]", "speedup [95% CI]", True),
+    ("tok_s_text", "tok/s ± 95%", "tok/s ± 95%", True),
+    ("accept_len", "accept len", "accept len", True),
+    ("accept_rate", "accept rate", "accept rate", True),
+    ("per_user_tok_s", "per-user tok/s",
+     "1000 / median TPOT (ms): the decode speed one request sees (TPOT = (e2e − TTFT) / (output "
+     "tokens − 1)); the Pareto tab plots it against total tok/s", True),
+    ("ttft_ms_p50_mean", "TTFT p50 ms", "median time to first token, mean over repeats", True),
+    ("repeats", "n", "n", True),
+    ("baseline_match", "baseline", "what the speedup was measured against: same-sweep (the one to "
+     "trust), other-sweep, same-log / other-log, + other-machine, other-version, other-day, "
+     "sampling-unknown; sampling-differs: nothing compared", True),
 ]
-SORTABLE = ["(default)"] + [c for c, _, f in TABLE_COLUMNS if f is not None] + ["config", "status"]
+FORMATS = {"accept_len": "%.2f", "accept_rate": "percent", "per_user_tok_s": "%.1f",
+           "ttft_ms_p50_mean": "%.1f", "repeats": "%d"}
+VERDICT_MARK = {"pays": "✅ pays", "loses": "❌ loses", "unclear": "❔ unclear",
+                "baseline": "baseline", "failed": "⚠ failed"}
+
+
+def readme_glossary(path: Path = HERE.parent / "README.md") -> dict[str, str]:
+    """{term: meaning} from the README's "Reading the report" table (written with the statistics
+    views); {} when the README is not next to the dashboard (an installed copy)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    out, section = {}, text.split("## Reading the report", 1)[-1]
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 2 and cells[0] not in ("column", "---"):
+            out[cells[0]] = cells[1].replace("`", "").replace("**", "")
+    return out
+
+
+GLOSSARY = readme_glossary()
+
+
+def column_help(term: str) -> str:
+    return GLOSSARY.get(term, term)
 
 
 def db_path() -> str:
@@ -168,145 +199,148 @@ def compare_frame(r: Reader, run_ids: tuple) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # Views
 # ---------------------------------------------------------------------------------------------
+def stats_frame(r: Reader, run_ids: tuple) -> pd.DataFrame:
+    """config_stats rows (one per config and concurrency, repeats pooled) of the selected runs,
+    with the concurrency's winner; plus display-only text columns."""
+    df = r.df(Q.STATS, (list(run_ids),))
+    if df.empty:
+        return df
+    df = df.copy()
+    df["is_baseline"] = df["is_baseline"].fillna(False).astype(bool)
+    df["is_winner"] = df["winner"].notna() & (df["winner"] == df["config"])
+    df["config_shown"] = [("🏆 " if w else "") + str(c) for c, w in zip(df["config"], df["is_winner"])]
+    df["verdict_shown"] = df["verdict"].map(lambda v: VERDICT_MARK.get(v, v))
+    df["speedup_text"] = [
+        "—" if pd.isna(sp) else (f"{sp:.2f}× [{lo:.2f}, {hi:.2f}]" if pd.notna(lo) else f"{sp:.2f}×")
+        + ("*" if basis == "server-log" else "")
+        for sp, lo, hi, basis in zip(df["speedup"], df["speedup_ci_low"], df["speedup_ci_high"],
+                                     df["speedup_basis"])]
+    df["tok_s_text"] = [
+        "—" if pd.isna(m) else (f"{m:,.0f} ± {(hi - m):,.0f}" if pd.notna(hi) else f"{m:,.0f}")
+        for m, hi in zip(df["output_tok_s_mean"], df["output_tok_s_ci_high"])]
+    return df
+
+
+def _group_title(sweep, conc) -> str:
+    where = f"sweep `{sweep}`" if pd.notna(sweep) else "ingested logs"
+    return f"{where} · concurrency {int(conc)}" if pd.notna(conc) else where
+
+
 def view_compare(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     r = page_reader(db)
     if r.missing:
         return r.missing_note()
-    df = compare_frame(r, run_ids)
+    df = stats_frame(r, run_ids)
     if df.empty:
         st.info("No runs selected (or none stored yet).")
         return r.note(refresh_s)
-
-    c1, c2, c3, c4 = st.columns([3, 2, 2, 1], vertical_alignment="bottom")
-    text = c1.text_input("Filter", key="cmp_filter", placeholder="config, run, sweep or algorithm")
-    statuses = sorted(df["status"].dropna().unique())
-    chosen = c2.multiselect("Status", statuses, default=statuses, key="cmp_status")
-    sort_by = c3.selectbox("Sort by", SORTABLE, key="cmp_sort")
-    descending = c4.toggle("desc", value=True, key="cmp_desc")
-    only_flagged = c4.toggle("flagged", value=False, key="cmp_flagged")
-
+    c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
+    text = c1.text_input("Filter", key="cmp_filter", placeholder="config, sweep or algorithm")
+    all_cols = c2.toggle("All columns", value=False, key="cmp_all",
+                         help="every column of the config_stats view (formulas in specwatch/views.py)")
+    losing = c3.toggle("Only loses/failed", value=False, key="cmp_losing")
     table = df
     if text:
-        hay = (df["config"].fillna("") + " " + df["run_name"].fillna("") + " "
-               + df["sweep_name"].fillna("") + " " + df["speculative_algorithm"].fillna(""))
+        hay = (df["config"].fillna("") + " " + df["sweep_name"].fillna("") + " "
+               + df["speculative_algorithm"].fillna(""))
         table = table[hay.str.contains(text, case=False, regex=False)]
-    table = table[table["status"].isin(chosen) | table["status"].isna()]
-    if only_flagged:
-        table = table[table["flags"] != ""]
-    if sort_by != "(default)":
-        table = table.sort_values(sort_by, ascending=not descending, na_position="last")
+    if losing:
+        table = table[table["verdict"].isin(["loses", "failed"])]
 
-    cols = [c for c, _, _ in TABLE_COLUMNS]
-    config = {c: (st.column_config.NumberColumn(label, format=fmt) if fmt
-                  else st.column_config.TextColumn(label, pinned=c == "config"))
-              for c, label, fmt in TABLE_COLUMNS}
-    st.dataframe(table[cols], column_config=config, hide_index=True, placeholder="—",
-                 height=min(38 + 35 * len(table), 600), key="cmp_table")
-    st.download_button("Download CSV", table.drop(columns=["label"]).to_csv(index=False),
-                       file_name="specwatch-configs.csv", mime="text/csv", key="cmp_csv")
-    flagged = table[table["flags"] != ""]
-    if len(flagged):
-        st.warning(f"{len(flagged)} config(s) flagged: {', '.join(flagged['label'])}. "
-                   "See **Findings**.")
+    shown = {c: (label, help_) for c, label, help_, default in COMPARE_COLUMNS if default}
+    config = {}
+    for c, (label, term) in shown.items():
+        help_ = column_help(term)
+        src = {"config": "config_shown", "verdict": "verdict_shown"}.get(c, c)
+        if c in FORMATS:
+            config[src] = st.column_config.NumberColumn(label, format=FORMATS[c], help=help_)
+        else:
+            config[src] = st.column_config.TextColumn(label, help=help_, pinned=c == "config")
+    cols = [{"config": "config_shown", "verdict": "verdict_shown"}.get(c, c) for c in shown]
+    if all_cols:
+        hidden = {"config_shown", "verdict_shown", "speedup_text", "tok_s_text", "is_winner"}
+        cols = cols + [c for c in table.columns if c not in cols and c not in hidden]
+    for (sweep, conc), g in table.groupby(["sweep_name", "concurrency"], dropna=False, sort=False):
+        note = g["winner_note"].dropna()
+        head = _group_title(sweep, conc)
+        st.markdown(f"**{head}**" + (f" — {note.iloc[0]}" if len(note) else ""))
+        g = g.sort_values(["is_baseline", "speedup"], ascending=[True, False], na_position="last")
+        key = f"cmp_table_{sweep}_{conc}"
+        st.dataframe(g[cols], column_config=config, hide_index=True, placeholder="—",
+                     height=min(38 + 35 * len(g), 400), key=key)
+    st.download_button("Download CSV", table.drop(columns=["config_shown", "verdict_shown"])
+                       .to_csv(index=False), file_name="specwatch-configs.csv", mime="text/csv",
+                       key="cmp_csv")
+    st.caption("🏆 the concurrency's winner: its speedup interval lies above every other config's "
+               "(the baseline counts, at [1, 1]). * = speedup from server-log throughput. "
+               "Hover a column name for its meaning (README, “Reading the report”).")
+    lost = table[table["verdict"].isin(["loses", "failed"])]
+    if len(lost):
+        st.warning(f"{len(lost)} config(s) lose or failed: "
+                   + ", ".join(f"{c} @c{int(k)}" if pd.notna(k) else str(c)
+                               for c, k in zip(lost["config"], lost["concurrency"]))
+                   + ". See **Findings** for why.")
 
-    st.subheader("Accept rate vs throughput")
-    _accept_vs_throughput(table)
+    st.subheader("Accept length vs accept rate (colour: speedup)")
+    chart = charts.accept_scatter(table)
+    if chart is None:
+        st.info("No speculative config with an accept rate in this selection.")
+    else:
+        st.altair_chart(chart, key="chart_scatter")
+    with st.expander("Per run (config_summary: one row per run and server config)"):
+        runs = compare_frame(r, run_ids)
+        st.dataframe(runs.drop(columns=["label"], errors="ignore"), hide_index=True,
+                     placeholder="—", key="cmp_runs")
     r.note(refresh_s)
-
-
-def _throughput_choice(df: pd.DataFrame, key: str) -> tuple[str, str]:
-    has_client = df["output_tok_s"].notna().any()
-    options = ["output tok/s (client)", "gen tok/s (server log)"]
-    pick = st.radio("Throughput", options, index=0 if has_client else 1, horizontal=True, key=key)
-    return ("output_tok_s", "output tok/s") if pick == options[0] else \
-        ("gen_throughput_tok_s", "gen tok/s")
-
-
-def _accept_vs_throughput(df: pd.DataFrame) -> None:
-    c1, c2, _ = st.columns([3, 1, 2], vertical_alignment="bottom")
-    with c1:
-        col, title = _throughput_choice(df, "scatter_metric")
-    concs = sorted(df["concurrency"].dropna().unique())
-    if len(concs) > 1:
-        conc = c2.selectbox("Concurrency", concs, key="scatter_conc", format_func=lambda c: f"{c:g}")
-        df = df[(df["concurrency"] == conc) | df["concurrency"].isna()]
-    spec = df[(df["role"] == "spec") & df["accept_rate"].notna() & df[col].notna()].copy()
-    if spec.empty:
-        st.info(f"No speculative config with both accept rate and {title} in this selection.")
-        return
-    spec["flagged"] = spec["flags"].map(lambda f: "flagged" if f else "ok")
-    base = alt.Chart(spec).encode(
-        x=alt.X("accept_rate:Q", title="accept rate (accepted / proposed drafts)",
-                axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
-        y=alt.Y(f"{col}:Q", title=title, scale=alt.Scale(zero=True)),
-        tooltip=["label", alt.Tooltip("accept_len:Q", format=".2f"),
-                 alt.Tooltip("accept_rate:Q", format=".1%"), alt.Tooltip(f"{col}:Q", format=".0f"),
-                 "baseline", "flags"])
-    points = base.mark_point(filled=True, size=90).encode(
-        color=alt.Color("flagged:N", scale=alt.Scale(domain=["ok", "flagged"],
-                                                     range=["#1f77b4", "#d62728"]),
-                        legend=alt.Legend(title=None, orient="top")))
-    labels = base.mark_text(align="left", dx=8, dy=-6, fontSize=11).encode(text="label:N")
-    layers = [points, labels]
-    # The baselines these configs were compared with, as horizontal lines at their throughput.
-    base_rows = df[(df["role"] == "baseline") & df["run_name"].isin(spec["baseline"]) & df[col].notna()]
-    if len(base_rows):
-        b = base_rows.assign(text=[
-            f"{lbl if lbl.startswith('baseline') else 'baseline ' + lbl}: {v:,.0f} {title}"
-            for lbl, v in zip(base_rows["label"], base_rows[col])])
-        rule = alt.Chart(b).mark_rule(strokeDash=[6, 4], color="#555").encode(y=f"{col}:Q")
-        btxt = alt.Chart(b).mark_text(align="left", x=4, dy=-7, color="#555", fontSize=11).encode(
-            y=f"{col}:Q", text="text:N")
-        layers += [rule, btxt]
-    st.altair_chart(alt.layer(*layers).properties(height=380, usermeta={"chart": "scatter"}),
-                    key="chart_scatter")
 
 
 def view_concurrency(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     r = page_reader(db)
     if r.missing:
         return r.missing_note()
-    df = compare_frame(r, run_ids)
-    spec = df[(df["role"] == "spec") & df["concurrency"].notna()] if len(df) else df
+    df = stats_frame(r, run_ids)
+    spec = df[~df["is_baseline"] & df["concurrency"].notna() & df["speedup"].notna()] \
+        if len(df) else df
     if spec.empty:
         st.info("Speedup against concurrency needs sweep runs (a config measured at several "
                 "concurrencies with a baseline at each). None in this selection.")
         return r.note(refresh_s)
-    options = ["client (output tok/s)", "server log (gen tok/s)"]
-    pick = st.radio("Speedup from", options, horizontal=True, key="conc_metric",
-                    index=0 if spec["speedup_client"].notna().any() else 1)
-    col = "speedup_client" if pick == options[0] else "speedup_gen"
-    data = spec[spec[col].notna()]
-    if data.empty:
-        st.info("No speedup to plot: no baseline was matched at these concurrencies.")
-        return r.note(refresh_s)
-    band = alt.Chart(pd.DataFrame({"y": [0], "y2": [1]})).mark_rect(color="#d62728", opacity=0.06
-                                                                     ).encode(y="y:Q", y2="y2:Q")
-    one = alt.Chart(pd.DataFrame({"y": [1.0], "t": ["baseline (1.0×): below it, speculation loses"]}))
-    rule = one.mark_rule(color="#555", strokeDash=[6, 4]).encode(y="y:Q")
-    rtxt = one.mark_text(align="left", x=4, dy=-7, color="#555", fontSize=11).encode(y="y:Q", text="t")
-    lines = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=70, filled=True)).encode(
-        x=alt.X("concurrency:Q", title="concurrency", scale=alt.Scale(type="log", base=2),
-                axis=alt.Axis(values=sorted(data["concurrency"].unique().tolist()), format="d")),
-        y=alt.Y(f"{col}:Q", title="speedup vs baseline (×)", scale=alt.Scale(zero=True)),
-        color=alt.Color("config:N", legend=alt.Legend(orient="top", title=None)),
-        tooltip=["config", "concurrency", alt.Tooltip(f"{col}:Q", format=".2f"), "baseline"])
-    st.altair_chart(alt.layer(band, rule, rtxt, lines).properties(
-        height=360, usermeta={"chart": "concurrency"}), key="chart_conc")
-
-    # Where speculation stops paying: the lowest concurrency from which the speedup stays below 1.
+    st.altair_chart(charts.speedup_vs_concurrency(df), key="chart_conc")
+    st.caption("Bars: the speedup's 95% interval (config_stats.speedup_ci_low/high); a config "
+               "pays where its whole bar lies above the dashed line.")
     rows = []
-    for cfg, g in data.sort_values("concurrency").groupby("config", sort=False):
-        below = g[col] < 1
-        tail_below = below[::-1].cummin()[::-1]     # True where this and every higher c is < 1
-        stops = g.loc[tail_below, "concurrency"].min() if tail_below.any() else None
-        best = g.loc[g[col].idxmax()]
-        rows.append({"config": cfg, "best speedup": best[col], "at concurrency": best["concurrency"],
-                     "stops paying at concurrency": stops})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, placeholder="—", key="conc_table", column_config={
-        "best speedup": st.column_config.NumberColumn(format="%.2f×"),
-        "at concurrency": st.column_config.NumberColumn(format="%d"),
-        "stops paying at concurrency": st.column_config.NumberColumn(format="%d")})
+    for cfg, g in spec.sort_values("concurrency").groupby("config", sort=False):
+        best = g.loc[g["speedup"].idxmax()]
+        loses = g[g["verdict"] == "loses"]["concurrency"]
+        rows.append({"config": cfg, "best speedup": best["speedup"],
+                     "at concurrency": best["concurrency"],
+                     "pays at": ", ".join(f"{int(c)}" for c in g[g["verdict"] == "pays"]["concurrency"]),
+                     "loses at": ", ".join(f"{int(c)}" for c in loses)})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, placeholder="—", key="conc_table",
+                 column_config={
+                     "best speedup": st.column_config.NumberColumn(format="%.2f×"),
+                     "at concurrency": st.column_config.NumberColumn(format="%d"),
+                     "pays at": st.column_config.TextColumn(help=column_help("verdict")),
+                     "loses at": st.column_config.TextColumn(help=column_help("verdict"))})
+    r.note(refresh_s)
+
+
+def view_pareto(db: str, run_ids: tuple, refresh_s: int | None) -> None:
+    r = page_reader(db)
+    if r.missing:
+        return r.missing_note()
+    df = stats_frame(r, run_ids)
+    chart, data = charts.pareto(df) if len(df) else (None, df)
+    if chart is None:
+        st.info("The Pareto chart needs client latencies (TPOT) from sweep runs; ingested logs "
+                "have none.")
+        return r.note(refresh_s)
+    st.altair_chart(chart, key="chart_pareto")
+    front = data[data["frontier"] == "Pareto frontier"]
+    st.caption("Each line is one config across concurrency (baseline included); up and right is "
+               "better. Filled diamonds: the Pareto frontier (no other point has both more total "
+               "tok/s and more per-user tok/s): " + ", ".join(
+                   f"{c} @c{int(k)}" for c, k in zip(front["config"], front["concurrency"])) + ".")
     r.note(refresh_s)
 
 
@@ -314,18 +348,19 @@ def view_timeseries(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     r = page_reader(db)
     if r.missing:
         return r.missing_note()
-    df = compare_frame(r, run_ids)
-    if df.empty:
+    runs = r.df(Q.RUNS)
+    runs = runs[runs["run_id"].isin(run_ids)] if len(runs) else runs
+    if runs.empty:
         st.info("No runs selected.")
         return r.note(refresh_s)
-    runs = df.drop_duplicates("run_id")
-    names = dict(zip(runs["run_id"], runs["label"]))
+    names = {rid: (f"{c or n}" + (f" @c{int(k)}" if pd.notna(k) else "")
+                   + (f" r{int(i)}" if pd.notna(i) and i else ""))
+             for rid, c, n, k, i in zip(runs["run_id"], runs["config_name"], runs["run_name"],
+                                        runs["concurrency"], runs["repeat_idx"])}
     default = [rid for rid in st.session_state.get("ts_runs", _default_series(runs)) if rid in names]
-    c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
-    chosen = c1.multiselect("Runs", list(names), default=default, format_func=names.get,
-                            key="ts_runs_pick")
+    chosen = st.multiselect("Runs", list(names), default=default, format_func=names.get,
+                            key="ts_runs_pick", help="default: the latest sweep, first repeat")
     st.session_state["ts_runs"] = chosen
-    x_mode = c2.radio("x axis", ["since start", "wall clock"], key="ts_x")
     if not chosen:
         st.info("Pick one or more runs.")
         return r.note(refresh_s)
@@ -334,28 +369,16 @@ def view_timeseries(db: str, run_ids: tuple, refresh_s: int | None) -> None:
         st.info("No SGLang decode windows for these runs (vLLM logs have no per-window accept "
                 "length over time).")
         return r.note(refresh_s)
-    w = w.assign(series=[f"{c} · dp{int(d)}" for c, d in zip(w["config"], w["dp_rank"])],
+    w = w.assign(label=w["run_id"].map(names))
+    w = w.assign(series=[f"{c} · dp{int(d)}" for c, d in zip(w["label"], w["dp_rank"])],
                  window=w["after_idle"].map({True: "after idle (not in summaries)",
                                              False: "kept"}))
-    x = (alt.X("t_s:Q", title="seconds since the run's first window") if x_mode == "since start"
-         else alt.X("ts:T", title="time (as logged)"))
-    multi_rank = w.groupby("run_id")["dp_rank"].nunique().max() > 1
-    legend = alt.Legend(orient="right", title=None, labelLimit=360)
-    color = alt.Color("series:N" if multi_rank else "config:N", legend=legend)
-    shape = alt.Shape("window:N", scale=alt.Scale(domain=["kept", "after idle (not in summaries)"],
-                                                  range=["circle", "cross"]), legend=legend)
+    x_title = ("seconds since the run's start" if w["from_start"].all()
+               else "seconds since the run's start (first decode window for ingested logs)")
     for col, title, key in (("accept_len", "accept length", "chart_ts_accept"),
                             ("gen_throughput_tok_s", "gen throughput (tok/s)", "chart_ts_tput")):
-        base = alt.Chart(w).encode(x=x, y=alt.Y(f"{col}:Q", title=title),
-                                   tooltip=["config", "dp_rank", "ts:T", alt.Tooltip("t_s:Q", format=".1f"),
-                                            alt.Tooltip(f"{col}:Q", format=".2f"), "window"])
-        line = base.mark_line(opacity=0.7).encode(color=color, detail="series:N")
-        pts = base.mark_point(size=28, filled=False).encode(color=color, shape=shape)
-        st.altair_chart(alt.layer(line, pts).properties(height=300, title=title,
-                                                        usermeta={"chart": key}), key=key)
-    thinned = w.drop_duplicates("series")
-    thinned = thinned[thinned["total"] > MAX_POINTS_PER_SERIES]
-    if len(thinned):
+        st.altair_chart(charts.timeseries(w, col, title, key, x_title), key=key)
+    if (w.drop_duplicates("series")["total"] > MAX_POINTS_PER_SERIES).any():
         st.caption(f"Series longer than {MAX_POINTS_PER_SERIES} windows are thinned for plotting "
                    "(every k-th window); summaries use all of them.")
     missing = [names[rid] for rid in chosen if rid not in set(w["run_id"])]
@@ -364,13 +387,31 @@ def view_timeseries(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     r.note(refresh_s)
 
 
-def _default_series(runs: pd.DataFrame, limit: int = 5) -> list[str]:
-    """The largest group of runs sharing one baseline (the baseline included), up to `limit`."""
-    with_windows = runs[runs["config_offset"].notna() & runs["baseline"].notna()]
-    if with_windows.empty:
-        return runs["run_id"].head(limit).tolist()
-    top = with_windows["baseline"].value_counts().index[0]
-    return with_windows[with_windows["baseline"] == top]["run_id"].head(limit).tolist()
+def _default_series(runs: pd.DataFrame, limit: int = 8) -> list[str]:
+    """The latest sweep's runs (first repeat of each config and concurrency), up to `limit`;
+    without sweeps, the latest runs."""
+    sweeps = runs[runs["sweep_name"].notna()]
+    if sweeps.empty:
+        return runs.sort_values("created_at")["run_id"].tail(limit).tolist()
+    latest = sweeps.loc[sweeps["created_at"].idxmax(), "sweep_name"]
+    mine = sweeps[sweeps["sweep_name"] == latest].sort_values(
+        ["concurrency", "repeat_idx", "config_name"], na_position="first")
+    mine = mine.drop_duplicates(["config_name", "concurrency"])
+    return mine.sort_values(["concurrency", "config_name"])["run_id"].head(limit).tolist()
+
+
+def acceptance_sentence(h: pd.DataFrame) -> str:
+    """One sentence on the histogram: each config's share of verify steps accepting no draft
+    token, worst first ("A: 64% of verify steps accept no draft token, against 12% for B")."""
+    share = (h[h["accepted_drafts"] == 0].groupby("label")["verify_steps"].sum()
+             / h.groupby("label")["verify_steps"].sum()).fillna(0).sort_values(ascending=False)
+    if share.empty:
+        return ""
+    first, rest = share.index[0], share.iloc[1:]
+    text = f"{first}: {share.iloc[0]:.0%} of verify steps accept no draft token"
+    if len(rest):
+        text += ", against " + ", ".join(f"{v:.0%} for {k}" for k, v in rest.items())
+    return text + "."
 
 
 def view_acceptance(db: str, run_ids: tuple, refresh_s: int | None) -> None:
@@ -378,74 +419,114 @@ def view_acceptance(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     if r.missing:
         return r.missing_note()
     h = r.df(Q.HISTOGRAM, (list(run_ids),))
-    if h.empty:
+    p = r.df(Q.POSITIONS, (list(run_ids),))
+    if h.empty and p.empty:
         st.info("No acceptance histogram in this selection. It comes from sweep requests whose "
-                "server reports `spec_accept_histogram` (the built-in engine; SGLang 0.5.9+). "
-                "Ingested logs carry only the mean accept length (see Compare).")
+                "server reports `spec_accept_histogram` (the built-in engine; SGLang 0.5.9+), "
+                "and per-position rates from vLLM logs. Ingested SGLang logs carry only the mean "
+                "accept length (see Compare).")
         return r.note(refresh_s)
-    h = h.assign(label=[f"{c} @c{int(k)}" if pd.notna(k) else c
-                        for c, k in zip(h["config"], h["concurrency"])])
-    chart = alt.Chart(h).transform_joinaggregate(total="sum(verify_steps)", groupby=["run_id"]
-                                                 ).transform_calculate(
-        share="datum.verify_steps / datum.total").mark_bar().encode(
-        x=alt.X("accepted_drafts:O", title="draft tokens accepted in a verify step",
-                axis=alt.Axis(labelAngle=0)),
-        xOffset="label:N",
-        y=alt.Y("share:Q", title="share of verify steps", axis=alt.Axis(format="%")),
-        color=alt.Color("label:N", legend=alt.Legend(orient="top", title=None)),
-        tooltip=["label", "accepted_drafts", "verify_steps", alt.Tooltip("share:Q", format=".1%")])
-    st.altair_chart(chart.properties(height=340, usermeta={"chart": "histogram"}), key="chart_hist")
-    pivot = h.pivot_table(index="label", columns="accepted_drafts", values="verify_steps",
-                          aggfunc="sum").reset_index()
-    pivot.columns = [str(c) for c in pivot.columns]
-    st.caption("Verify steps by number of accepted draft tokens (measured requests only)")
-    st.dataframe(pivot, hide_index=True, placeholder="—", key="hist_table")
+    if len(h):
+        # one bar group per config and concurrency: repeats summed
+        h = h.assign(label=[f"{c} @c{int(k)}" if pd.notna(k) else c
+                            for c, k in zip(h["config"], h["concurrency"])])
+        h = h.groupby(["label", "accepted_drafts"], as_index=False)["verify_steps"].sum()
+        h["run_id"] = h["label"]
+        st.markdown(acceptance_sentence(h))
+        st.altair_chart(charts.histogram(h), key="chart_hist")
+        pivot = h.pivot_table(index="label", columns="accepted_drafts", values="verify_steps",
+                              aggfunc="sum").reset_index()
+        pivot.columns = [str(c) for c in pivot.columns]
+        st.caption("Verify steps by number of accepted draft tokens (measured requests only)")
+        st.dataframe(pivot, hide_index=True, placeholder="—", key="hist_table")
+    if len(p):
+        p = p.assign(label=[f"{c} @c{int(k)}" if pd.notna(k) else c
+                            for c, k in zip(p["config"], p["concurrency"])])
+        p = p.groupby(["label", "position", "basis"], as_index=False)["accepted_share"].mean()
+        st.subheader("Per-position acceptance")
+        st.altair_chart(charts.positions(p), key="chart_positions")
+        st.caption("Share of verify steps whose draft token at position k was accepted: from the "
+                   "request histograms (at least k drafts accepted) or the vLLM log's per-position "
+                   "rates (view accept_positions; repeats averaged).")
     r.note(refresh_s)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _doctor(db: str, stamp: tuple) -> tuple[list[dict], list[dict]]:
+    """doctor's findings for the whole store, once per change of the store (doctor.diagnose)."""
+    findings, checked = doctor.diagnose(db)
+    return ([dataclasses.asdict(f) for f in findings],
+            [{"run_id": c["run_id"], "run_name": c["run_name"],
+              "config_offset": c.get("config_offset")} for c in checked])
+
+
+def _finding_text(f: dict) -> str:
+    nums = ", ".join(f"{k}={doctor._num(v)}" for k, v in f["evidence"]["numbers"].items()
+                     if v is not None)
+    out = [f"**{f['run']}** · `{f['code']}` ({f['severity']}) — {f['title']}"]
+    if nums:
+        out.append(f"numbers: {nums}")
+    for ref in f["evidence"]["rows"][:doctor.MAX_EVIDENCE_ROWS]:
+        where = (f"{ref['file']}:{ref['line_no']}" if ref["line_no"] is not None
+                 else (ref["file"] or ref["run_id"] or ""))
+        out.append(f"- {ref['table']} `{where}`" + (f": {ref['note']}" if ref["note"] else ""))
+    out.append(f"next: {f['suggestion']}")
+    return "  \n".join(out)
 
 
 def view_findings(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     r = page_reader(db)
     if r.missing:
         return r.missing_note()
-    df = compare_frame(r, run_ids)
-    if df.empty:
-        st.info("No runs selected.")
-        return r.note(refresh_s)
-    broken, slower, unmatched = [], [], []
-    for row in df.to_dict("records"):
-        label, why = f"**{row['label']}**", []
-        if pd.notna(row["status"]) and row["status"] != "ok":
-            reason = f": {row['failure_reason']}" if pd.notna(row["failure_reason"]) else ""
-            why.append(f"status `{row['status']}`{reason}")
-        if row["low_accept_len"] is True:
-            why.append(f"accept length {row['accept_len']:.2f} is below {views.LOW_ACCEPT_LEN}: the "
-                       "draft barely predicts the target, so a verify step yields about one token "
-                       "(wrong `eagle_aux_hidden_state_layer_ids`, or a draft trained for another "
-                       f"target?). Run `specwatch doctor --run {row['run_name']}`")
-        sp = row["speedup_client"] if pd.notna(row["speedup_client"]) else row["speedup_gen"]
-        if row["slower_than_baseline"] is True:
-            (why if why else slower).append(
-                f"slower than its baseline `{row['baseline']}` ({sp:.2f}×)" if why else
-                f"{label} — slower than its baseline `{row['baseline']}` ({sp:.2f}×): drafting "
-                "and verifying cost more than the accepted tokens save.")
-        if why:
-            broken.append(f"{label} — " + "; ".join(why) + ".")
-        if row["role"] == "spec" and pd.isna(row["baseline"]):
-            unmatched.append(row["label"])
-    c1, c2, c3 = st.columns(3)
-    c1.metric("broken configs", len(broken))
-    c2.metric("slower than baseline", len(slower))
-    c3.metric("without a baseline", len(unmatched))
-    for text in broken:
-        st.error(text)
-    for text in slower:
-        st.warning(text)
-    if unmatched:
-        st.info("No baseline matched (same model, TP and DP size, no speculation), so speedup is "
-                "unknown for: " + ", ".join(unmatched))
-    if not broken and not slower:
-        st.success("No broken configs: every speculative config has accept length ≥ "
-                   f"{views.LOW_ACCEPT_LEN} and is not slower than its baseline.")
+    try:
+        with st.spinner("Running specwatch doctor…"):
+            findings, checked = _doctor(db, r.stamp)
+    except (store.StoreError, query.QueryError) as exc:
+        if isinstance(exc, store.StoreLocked) or "lock" in str(exc).lower():
+            st.caption("⏳ Waiting for the writer before running doctor.")
+            return r.note(refresh_s)
+        raise
+    picked = set(run_ids)
+    findings = [f for f in findings if f["run_id"] in picked]
+    checked = [c for c in checked if c["run_id"] in picked]
+    n = {s: sum(f["severity"] == s for f in findings) for s in doctor.SEVERITY_ORDER}
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("configs checked", len(checked), help="speculative runs doctor examined")
+    c2.metric("errors", n["error"])
+    c3.metric("warnings", n["warning"])
+    c4.metric("notes", n["info"])
+    st.caption(f"The findings of `specwatch doctor --db {db}` (same codes, severities, evidence "
+               "and next steps), for the runs selected in the sidebar.")
+    show = {"error": st.error, "warning": st.warning, "info": st.info}
+    for f in findings:
+        show[f["severity"]](_finding_text(f))
+    flagged = {f["run_id"] for f in findings if f["severity"] != "info"}
+    clean = [c["run_name"] for c in checked if c["run_id"] not in flagged]
+    if checked and not flagged:
+        st.success("doctor found no problem in the selected speculative configs.")
+    elif clean:
+        st.caption("No problems found in: " + ", ".join(dict.fromkeys(clean)))
+
+    runs = r.df(Q.RUNS)
+    failed = runs[runs["run_id"].isin(picked) & runs["status"].notna()
+                  & (runs["status"] != "ok")] if len(runs) else runs
+    st.subheader(f"Failed runs ({len(failed)})")
+    if len(failed):
+        for row in failed.to_dict("records"):
+            label = f"{row['config_name'] or row['run_name']}" + (
+                f" @c{int(row['concurrency'])}" if pd.notna(row["concurrency"]) else "")
+            cause = row["failure_reason"] if pd.notna(row["failure_reason"]) else \
+                "no cause recorded"
+            st.error(f"**{label}** (`{row['run_name']}`) — status `{row['status']}`: {cause}")
+    else:
+        st.caption("None: every selected run measured.")
+
+    alerts = r.df(Q.ALERTS)
+    st.subheader(f"Alerts from `specwatch tail` ({len(alerts)})")
+    if len(alerts):
+        st.dataframe(alerts, hide_index=True, placeholder="—", key="alerts_table")
+    else:
+        st.caption("None raised.")
     r.note(refresh_s)
 
 
@@ -543,7 +624,8 @@ def main() -> None:
         run_ids, refresh_s, runs_seen = sidebar(db)
         st.markdown("#### Speculative decoding: configs vs baseline")
         tabs = st.tabs(VIEW_NAMES, key="view", bind="query-params")
-        handlers = [view_compare, view_concurrency, view_timeseries, view_acceptance, view_findings]
+        handlers = [view_compare, view_concurrency, view_pareto, view_timeseries, view_acceptance,
+                    view_findings]
         for tab, handler in zip(tabs, handlers):
             if tab.open:
                 with tab:

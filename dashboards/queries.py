@@ -18,13 +18,14 @@ SELECT
   (SELECT hash(list(runs ORDER BY run_id)) FROM runs) AS runs_hash,
   (SELECT coalesce(sum(offset_bytes), 0) FROM sources) AS ingested_bytes,
   (SELECT count(*) FROM run_sources) AS run_sources,
-  (SELECT count(*) FROM requests) AS requests
+  (SELECT count(*) FROM requests) AS requests,
+  (SELECT count(*) FROM alerts) AS alerts
 """
 
 # The runs the sidebar offers, newest sweep last. `scope` groups runs without a sweep.
 RUNS = """
 SELECT run_id, run_name, coalesce(sweep_name, '(ingested logs)') AS scope, sweep_name, config_name,
-  origin, concurrency, status, created_at
+  origin, concurrency, status, failure_reason, created_at, started_at, repeat_idx
 FROM runs
 ORDER BY sweep_name NULLS FIRST, config_name NULLS FIRST, concurrency NULLS FIRST, run_name
 """
@@ -67,12 +68,14 @@ WITH w AS (
   FROM decode_windows_scoped d JOIN runs r USING (run_id)
   WHERE d.run_id IN (SELECT unnest(?::VARCHAR[]))
 )
-SELECT run_id, config, ts,
-  date_diff('millisecond', min(ts) OVER (PARTITION BY run_id), ts) / 1000.0 AS t_s,
-  coalesce(dp_rank, 0) AS dp_rank, accept_len, gen_throughput_tok_s, after_idle, total
-FROM w
+SELECT w.run_id, w.config, w.ts,
+  -- since the run's start (runs.started_at, when the sweep measured it), else its first window
+  date_diff('millisecond', coalesce(r.started_at, min(w.ts) OVER (PARTITION BY w.run_id)), w.ts) / 1000.0
+    AS t_s, r.started_at IS NOT NULL AS from_start,
+  coalesce(w.dp_rank, 0) AS dp_rank, w.accept_len, w.gen_throughput_tok_s, w.after_idle, w.total
+FROM w JOIN runs r USING (run_id)
 WHERE (n - 1) % greatest(1, ceil(total / ?)::BIGINT) = 0
-ORDER BY run_id, dp_rank, byte_offset
+ORDER BY w.run_id, w.dp_rank, w.byte_offset
 """
 
 # Verify steps by number of accepted draft tokens, summed over a run's measured requests (warm-up
@@ -91,6 +94,35 @@ SELECT h.run_id, coalesce(r.config_name, r.run_name) AS config, r.concurrency,
 FROM h JOIN runs r USING (run_id)
 GROUP BY ALL
 ORDER BY config, r.concurrency NULLS FIRST, h.accepted_drafts
+"""
+
+# One row per measurement group (a sweep's config at one concurrency, repeats pooled) of the
+# selected runs: config_stats (speedup, interval, verdict) with the concurrency's winner and note.
+STATS = """
+SELECT s.*, w.winner, w.note AS winner_note, p.per_user_tok_s, p.tpot_ms_p50_mean
+FROM config_stats s
+LEFT JOIN concurrency_winners w
+  ON w.sweep_name IS NOT DISTINCT FROM s.sweep_name AND w.concurrency IS NOT DISTINCT FROM s.concurrency
+LEFT JOIN config_pareto p USING (group_id)
+WHERE s.group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
+ORDER BY s.sweep_name NULLS FIRST, s.concurrency NULLS FIRST, s.speedup DESC NULLS LAST, s.config
+"""
+
+# Share of verify steps whose draft position k was accepted (view accept_positions).
+POSITIONS = """
+SELECT a.run_id, coalesce(r.config_name, r.run_name) AS config, r.concurrency, a.position,
+  a.accepted_share, a.basis
+FROM accept_positions a JOIN runs r USING (run_id)
+WHERE a.run_id IN (SELECT unnest(?::VARCHAR[]))
+ORDER BY config, r.concurrency NULLS FIRST, a.run_id, a.position
+"""
+
+# Warnings `specwatch tail` raised (alerts table), newest first.
+ALERTS = """
+SELECT a.raised_at, a.ts, coalesce(r.config_name, r.run_name, a.run_id) AS run, a.rule, a.severity,
+  a.message, a.path, a.line_no, a.dp_rank, a.value, a.threshold, a.windows
+FROM alerts a LEFT JOIN runs r USING (run_id)
+ORDER BY a.raised_at DESC NULLS LAST, a.ts DESC NULLS LAST
 """
 
 DEFAULT_SQL = """SELECT run_name, config_name, concurrency, accept_len, accept_rate,

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 def _t(sql: str):

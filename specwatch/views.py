@@ -561,3 +561,53 @@ VIEWS.append("""
 CREATE OR REPLACE VIEW config_flags AS
 SELECT run_id, run_name, config_offset, low_accept_len, slower_than_baseline FROM config_summary
 """)
+
+# config_pareto (one row per measurement group, dashboard's Pareto chart; issue 16): the trade-off
+# serving engineers tune, total throughput against what one user sees.
+#   output_tok_s_mean   = config_stats.output_tok_s_mean (client, all requests together)
+#   per_user_tok_s      = mean over ok repeats of 1000 / tpot_ms_p50: the median request's decode
+#                         speed in tokens per second (TPOT = (e2e − TTFT) / (output tokens − 1));
+#                         NULL without client latencies (ingested logs)
+VIEWS.append(f"""
+CREATE OR REPLACE VIEW config_pareto AS
+SELECT s.group_id, s.sweep_name, s.config, s.concurrency, s.is_baseline, s.verdict, s.repeats,
+  s.output_tok_s_mean, s.output_tok_s_ci_low, s.output_tok_s_ci_high, s.speedup,
+  p.per_user_tok_s, p.tpot_ms_p50_mean
+FROM config_stats s LEFT JOIN (
+  SELECT group_id, avg(1000.0 / nullif(tpot_ms_p50, 0)) FILTER (WHERE {OK}) AS per_user_tok_s,
+    avg(tpot_ms_p50) FILTER (WHERE {OK}) AS tpot_ms_p50_mean
+  FROM run_metrics GROUP BY group_id) p USING (group_id)
+""")
+
+# accept_positions (one row per run and draft position k = 1, 2, ...; issue 16):
+#   accepted_share = the share of verify steps whose draft token at position k was accepted.
+#   From request histograms (spec_accept_histogram h, h_j = verify steps accepting exactly j
+#   drafts; measured requests only): Σ_(j ≥ k) h_j / Σ_j h_j (position k is accepted iff at
+#   least k drafts are). From vLLM logs (`Per-position acceptance rate`): Σ(rate_k · drafted) /
+#   Σ drafted over the run's windows. `basis` says which.
+VIEWS.append("""
+CREATE OR REPLACE VIEW accept_positions AS
+WITH h AS (
+  SELECT run_id, generate_subscripts(spec_accept_histogram, 1) - 1 AS j,
+    unnest(spec_accept_histogram) AS n
+  FROM requests
+  WHERE spec_accept_histogram IS NOT NULL AND NOT coalesce(is_warmup, false) AND coalesce(success, true)
+), t AS (SELECT run_id, j, sum(n) AS n FROM h GROUP BY ALL
+), req AS (
+  SELECT run_id, j AS position,
+    sum(n) OVER (PARTITION BY run_id ORDER BY j DESC) / nullif(sum(n) OVER (PARTITION BY run_id), 0)
+      AS accepted_share, 'requests' AS basis
+  FROM t
+), v AS (
+  SELECT rs.run_id, generate_subscripts(w.per_position_acceptance_rate, 1) AS position,
+    unnest(w.per_position_acceptance_rate) AS rate, w.drafted_tokens
+  FROM vllm_spec_windows w JOIN run_sources rs
+    ON w.source_id = rs.source_id AND w.byte_offset >= rs.offset_from
+   AND (rs.offset_to IS NULL OR w.byte_offset < rs.offset_to)
+  WHERE w.per_position_acceptance_rate IS NOT NULL
+)
+SELECT run_id, position, accepted_share, basis FROM req WHERE position >= 1
+UNION ALL
+SELECT run_id, position, sum(rate * drafted_tokens) / nullif(sum(drafted_tokens), 0), 'vllm log'
+FROM v GROUP BY run_id, position
+""")

@@ -317,13 +317,15 @@ def _vllm(text: str, at: int, anchor: str, p: prefix.Prefix, fmt: _formats.LineF
         return Rejected(fmt.kind, "ends before 'Avg Draft acceptance rate' (truncated line?)",
                         "avg_draft_acceptance_rate", incomplete=True)
     if fmt.kind == "vllm_throughput":
-        # V1 lines with an engine id always print the prefix cache hit rate, V0 lines end with
+        # V1 lines with an engine id always print `<device> KV cache usage` (vLLM 0.33
+        # loggers.py; the prefix cache hit rate only with prefix caching on), V0 lines end with
         # the CPU KV cache usage: a line without them was cut at a segment boundary
-        last = "prefix_cache_hit_rate" if engine else "cpu_kv_cache_usage" \
-            if "swapped" in fields else None
-        if last and last not in fields:
-            return Rejected(fmt.kind, f"ends before {last!r} (truncated line?)", last,
-                            incomplete=True)
+        if engine and not any(k.endswith("kv_cache_usage") for k in fields):
+            return Rejected(fmt.kind, "ends before its 'KV cache usage' (truncated line?)",
+                            "gpu_kv_cache_usage", incomplete=True)
+        if "swapped" in fields and "cpu_kv_cache_usage" not in fields:
+            return Rejected(fmt.kind, "ends before 'CPU KV cache usage' (truncated line?)",
+                            "cpu_kv_cache_usage", incomplete=True)
     return _missing(fmt, fields) or _record(fmt.kind, p, fields)
 
 

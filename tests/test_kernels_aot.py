@@ -41,6 +41,11 @@ for dt in ("bf16", "fp32"):
         predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",
         hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
         dict(N=8, NP=8, W=5, WP=8, BLOCK=2048, HAS_COUNTERS=True), 4))
+    if dt == "fp32":  # the walk alone (after torch.argmax) takes no logits
+        SPECS.append((V._walk_kernel, dict(tp_ptr="*i64", cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64",
+            sib_ptr="*i64", predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", bonus_ptr="*i64",
+            hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
+            dict(N=8, NP=8, W=5, WP=8, HAS_COUNTERS=True), 1))
     SPECS.append((A._aux_stats_kernel, dict(aux_ptr=P(dt), stride_aux="i64", ref_ptr=P(dt), stride_ref="i64",
         tokens="i32", d="i32", part_f_ptr="*fp32", part_n_ptr="*i32"), dict(C=3, BT=16, BD=128, HAS_REF=True), 4))
     SPECS.append((A._aux_candidates_kernel, dict(aux_ptr=P(dt), stride_aux="i64", cand_ptr=P(dt), stride_ct="i64",
@@ -68,7 +73,8 @@ for fn, sig, const, warps in SPECS:
 print(json.dumps(rows))
 '''
 
-KERNEL_NAMES = {"_draft_topk_partial_kernel", "_draft_topk_merge_kernel", "_verify_tree_kernel", "_aux_stats_kernel",
+KERNEL_NAMES = {"_draft_topk_partial_kernel", "_draft_topk_merge_kernel", "_verify_tree_kernel", "_walk_kernel",
+                "_aux_stats_kernel",
                 "_aux_candidates_kernel", "_aux_finalize_kernel", "_select_tree_kernel", "_select_first_kernel",
                 "_organize_kernel"}
 

@@ -141,7 +141,7 @@ def _write(db: str, rows: list[dict], requests: dict[str, list[dict]],
                     store.insert(con, "requests", cols)
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            store.rollback(con)   # a failed ROLLBACK (disk full) must not hide the real error
             raise
 
 

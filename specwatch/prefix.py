@@ -17,18 +17,22 @@ from dataclasses import dataclass, field
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # docker --timestamps / kubectl --timestamps: RFC3339 with optional fraction and zone
 OUTER_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?(?= )")
-_PROC = re.compile(r"\(([\w.\-]+ pid=\d+(?:, ip=[\d.:a-fA-F]+)?)\)")
+# Ray prints `(Actor pid=N)`, `(pid=N)` for tasks, `, ip=...` for remote nodes; vLLM `(APIServer pid=N)`
+_PROC = re.compile(r"\(((?:[\w.\-]+ )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?)\)")
 # SGLang: [2026-02-26 14:09:45(.mmm)( TAG)*]
 _SGL_BRACKET = re.compile(
-    r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?)((?: [A-Z][A-Z_]*\d+)*)\]")
+    r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)((?: [A-Z][A-Z_]*\d+)*)\]")
 # logging-style bracket with rank tags and/or a source location: [DP3 TP3 EP3 file.py:222]
-_LOC_BRACKET = re.compile(r"\[((?:[A-Z][A-Z_]*\d+ )*)([\w.\-/]+:\d+)\]")
+_LOC_BRACKET = re.compile(r"\[((?:[A-Z][A-Z_]*\d+ )*)([\w.\-/]+(?::\w+)?:\d+)\]")
+_NAME_BRACKET = re.compile(r"\[[A-Za-z][\w.\-]{0,39}\]")            # VLLM_LOGGING_PREFIX, `[vllm]`
 _TAG_BRACKET = re.compile(r"\[((?:[A-Z][A-Z_]*\d+)(?: [A-Z][A-Z_]*\d+)*)\]")
 _TS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
                  r"|\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?"    # vLLM: no year
                  r"|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")                # time only
 _LEVEL = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::[\w.]+:|:)?(?=\s|$)")
-_LOC = re.compile(r"[\w.\-/]+\.py:\d+(?:\]|:)")                      # vLLM <= 0.6 `metrics.py:400]`
+_LOC = re.compile(r"[\w.\-/]+\.py:\d+(?:\]|:)"                     # vLLM <= 0.6 `metrics.py:400]`
+                  r"|[\w.]+:\w+:\d+(?= )")                              # loguru `module:function:42`
+_SEP = re.compile(r"[|\-](?= )")                                     # loguru's ` | ` and ` - `
 _NUM = re.compile(r"\d+(?=\s)")                                        # a pid/thread id
 _SPACE = re.compile(r"[ \t]*")
 _RANK_TAG = re.compile(r"([A-Z][A-Z_]*?)(\d+)$")
@@ -134,6 +138,10 @@ def split(prefix: str) -> Prefix | None:
         elif c == "[" and p.rank is None and (m := _TAG_BRACKET.match(prefix, pos)):
             tags = m.group(1).split()
             p.rank, p.ranks = " ".join(tags), rank_fields(tags)
+        elif c == "[" and (m := _NAME_BRACKET.match(prefix, pos)):
+            pass  # a logger name or prefix
+        elif c in "|-" and (m := _SEP.match(prefix, pos)):
+            pass
         elif c.isdigit() and p.timestamp is None and (m := _TS.match(prefix, pos)):
             p.timestamp = m.group(0)
         elif c.isupper() and p.level is None and (m := _LEVEL.match(prefix, pos)):

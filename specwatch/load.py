@@ -272,9 +272,12 @@ def send(port, spec: RequestSpec, idx: int, is_warmup: bool, temperature: float,
     res.started_mono = time.monotonic()
     last_t, last_n, meta = None, 0, None
     conn = _conn(port, timeout_s)
-    if conns is not None:
-        conns.add(conn)
+    sock = None
     try:
+        conn.connect()
+        sock = conn.sock
+        if conns is not None:      # run() may cut it (hung server); the response keeps using it
+            conns.add(sock)
         conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:
@@ -312,7 +315,7 @@ def send(port, spec: RequestSpec, idx: int, is_warmup: bool, temperature: float,
     finally:
         conn.close()
         if conns is not None:
-            conns.discard(conn)
+            conns.discard(sock)
         res.finished_mono = time.monotonic()
     end = time.perf_counter()
     if meta is None:
@@ -390,10 +393,10 @@ def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, se
                 return
             why.append(reason)
             abort.set()
-            for conn in list(conns):
+            for sock in list(conns):
                 try:
-                    conn.sock.shutdown(socket.SHUT_RDWR)
-                except (OSError, AttributeError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
                     pass
 
     def one(i: int) -> None:
@@ -401,6 +404,8 @@ def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, se
             return
         r = send(port, specs[i], first_idx + i, is_warmup, temperature,
                  seed + first_idx + i, timeout_s, conns)
+        if abort.is_set() and r.success:     # cut short by the abort: not a complete answer
+            r.success, r.error = False, "cut: the load was aborted (server hangs)"
         results[i] = r
         timed_out = r.error is not None and ("timed out" in r.error or "TimeoutError" in r.error)
         with lock:

@@ -167,3 +167,84 @@ def test_prompt_sources_and_sampled_lengths(tmp_path):
     bad.write_text('{"prompt": "ok"}\n{"prompt": \n')
     with pytest.raises(load.LoadError, match=r"bad.jsonl:2: not JSON"):
         load.read_prompts(Workload(str(bad), "jsonl", 1, 0, Length(1, 1), None, 0.0, 0))
+
+
+class _Stalling(__import__("http.server").server.BaseHTTPRequestHandler):
+    """A server that hangs mid-stream: /generate sends its headers and one event, then either
+    nothing more (mode 'silent') or an event with no new token every 0.2 s forever ('drip');
+    /health answers 200 ('silent') or 500 ('drip': the server knows it is broken)."""
+
+    mode = "silent"
+    release = None
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        code = 200 if self.mode == "silent" else 500
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        event = b'data: {"text": "a", "meta_info": {"completion_tokens": 1}}\n\n'
+        try:
+            self.wfile.write(event)
+            self.wfile.flush()
+            while not self.release.wait(0.2 if self.mode == "drip" else 30):
+                self.wfile.write(event)
+                self.wfile.flush()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def stalling():
+    import http.server
+    import threading
+
+    servers = []
+
+    def start(mode: str) -> int:
+        handler = type("H", (_Stalling,), {"mode": mode, "release": threading.Event()})
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append((srv, handler))
+        return srv.server_address[1]
+    yield start
+    for srv, handler in servers:
+        handler.release.set()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_hung_server_aborts_the_load_after_a_few_timeouts(stalling):
+    """Not num_prompts x request_timeout_s: after HANG_TIMEOUTS timeouts in a row nothing more
+    is sent, and the run says why."""
+    port = stalling("silent")
+    specs = [load.RequestSpec("hi", 8)] * 40
+    t0 = time.monotonic()
+    res = load.run(port, specs, 2, 0.0, 0, timeout_s=1.0)
+    took = time.monotonic() - t0
+    assert res.aborted and f"{load.HANG_TIMEOUTS} requests in a row timed out" in res.aborted
+    assert took < 8, took                           # 40 x 1 s / 2 = 20 s without the check
+    assert len(res.results) < 10 and not any(r.success for r in res.results)
+    assert not res.interrupted
+
+
+def test_a_failing_health_probe_aborts_a_load_that_never_times_out(stalling, monkeypatch):
+    """A stream that keeps sending but makes no progress never times out; /health failing
+    HEALTH_FAILURES times in a row aborts it, cutting the requests in flight."""
+    monkeypatch.setattr(load, "HEALTH_EVERY_S", 0.3)
+    port = stalling("drip")
+    t0 = time.monotonic()
+    res = load.run(port, [load.RequestSpec("hi", 8)] * 6, 3, 0.0, 0, timeout_s=30.0)
+    took = time.monotonic() - t0
+    assert res.aborted and "/health" in res.aborted, res.aborted
+    assert took < 10, took
+    assert len(res.results) == 3 and not any(r.success for r in res.results)

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # docker --timestamps / kubectl --timestamps: RFC3339 with optional fraction and zone
 OUTER_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?(?= )")
+# CRI (containerd/CRI-O, kubelet's files under /var/log/pods): `TS stdout F msg`; P = partial line
+CRI = re.compile(r"(?:stdout|stderr) ([PF]) ")
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]$")  # Ray's log deduplication
 # Ray prints `(Actor pid=N)`, `(pid=N)` for tasks, `, ip=...` for remote nodes; vLLM `(APIServer pid=N)`
 _PROC = re.compile(r"\(((?:[\w.\-]+ )?pid=\d+(?:, ip=[\d.:a-fA-F]+)?)\)")
 # SGLang: [2026-02-26 14:09:45(.mmm)( TAG)*]
@@ -65,6 +68,8 @@ def clean(line: str) -> str:
         # the text after the last carriage return is what the terminal shows
         parts = [p for p in line.split("\r") if p.strip()]
         line = parts[-1] if parts else ""
+    if line.endswith("cluster]"):
+        line = _RAY_REPEATED.sub("", line)
     return line
 
 
@@ -117,6 +122,8 @@ def split(prefix: str) -> Prefix | None:
     if m:
         p.outer_ts = m.group(0)
         pos = m.end()
+        if (m := CRI.match(prefix, pos + 1)):
+            pos = m.end() - 1
     while True:
         pos = _SPACE.match(prefix, pos).end()
         if pos >= n:

@@ -78,8 +78,16 @@ def _extends(old: parse.Record, new: parse.Record) -> bool:
     return typed and new.fields[last] != old.fields[last]
 
 
+def _cri_partial(text: str) -> bool:
+    """A CRI log line flagged P: the message continues on the next line (kubelet splits at 16 KiB)."""
+    m = prefix.OUTER_TS.match(text)
+    c = prefix.CRI.match(text, m.end() + 1) if m else None
+    return c is not None and c.group(1) == "P"
+
+
 def _holdable(text: str, rec) -> bool:
-    return (isinstance(rec, parse.Rejected) and rec.incomplete) or _docker_piece(text, rec)
+    return (isinstance(rec, parse.Rejected) and rec.incomplete) or _docker_piece(text, rec) \
+        or _cri_partial(text)
 
 
 _NO, _CONSUMED, _JOINED = 0, 1, 2
@@ -146,6 +154,9 @@ class Reassembler:
             if not m:
                 return _NO, None
             rest = clean[m.end() + 1:]
+            c = prefix.CRI.match(rest)
+            if c:
+                rest = rest[c.end():]
             if not rest or _STARTS_RECORD.match(rest):
                 return _NO, None
             joins = [t + rest for t in self._texts]
@@ -185,7 +196,8 @@ class Reassembler:
                                    "way; not stored as a record")
                 self._held, self._texts = None, []
                 return _JOINED, Logical(held.line_no, held.offset, j, r, parts)
-            if self._docker and len(rest.encode("utf-8", "replace")) == DOCKER_SPLIT:
+            if self._docker and (len(rest.encode("utf-8", "replace")) == DOCKER_SPLIT or
+                                 c is not None and c.group(1) == "P"):
                 held.text, held.result, held.parts, self._texts = j, r, parts, [j]
                 return _CONSUMED, None  # another full piece: the message may go on
             r.parts = parts

@@ -407,3 +407,24 @@ def test_wrapped_samples_are_declared_and_checked():
     bad = dataclasses.replace(fmts, wrapped=(dataclasses.replace(broken, expect={"queue_req": 9}),))
     with pytest.raises(Exception, match="queue_req=0, expected 9"):
         reassemble.check_wrapped(bad)
+
+
+def test_cri_partial_lines_and_ray_dedup_suffix():
+    """kubelet's CRI files split long lines at 16 KiB and flag the pieces `P`; Ray appends
+    `[repeated Nx across cluster]` to deduplicated lines."""
+    cfg = (ROOT / "tests/data/real_server_args/sglang-0.5.23-dict-eagle3.txt").read_text().strip()
+    k = 16 * 1024
+    pieces = [cfg[i:i + k] for i in range(0, len(cfg), k)]
+    lines = [f"2026-11-20T10:00:00.{i:09d}Z stderr {'P' if i < len(pieces) - 1 else 'F'} {x}"
+             for i, x in enumerate(pieces)]
+    lines.append("2026-11-20T10:00:01.000000000Z stderr F " + DEC)
+    out = [lg for lg in reassemble.reassemble(_lines(lines)) if lg.result is not None]
+    assert [lg.result.kind for lg in out] == ["server_args", "sglang_decode"]
+    assert out[0].result.fields == parse.parse_line(cfg).fields and out[0].parts == len(pieces)
+    assert out[1].result.outer_ts == "2026-11-20T10:00:01.000000000Z"
+    cut = 100
+    short = [f"2026-11-20T10:00:02Z stdout P {DEC[:cut]}", f"2026-11-20T10:00:02Z stdout F {DEC[cut:]}"]
+    out = [lg for lg in reassemble.reassemble(_lines(short)) if lg.result is not None]
+    assert len(out) == 1 and out[0].result.fields == parse.parse_line(DEC).fields
+    ray = parse.parse_line("(SGLangEngine pid=41820) " + DEC + " [repeated 3x across cluster]")
+    assert ray.kind == "sglang_decode" and ray.fields["queue_req"] == 0

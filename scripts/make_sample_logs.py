@@ -376,6 +376,33 @@ def pasted_report_log(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def sglang_k8s_cri_log(path: Path) -> None:
+    """A kubelet CRI log file (/var/log/pods/...): `TS stderr F msg`, lines over 16 KiB split into
+    `P` pieces (the real 0.5.23 server_args dict), uvicorn access lines on stdout."""
+    rng = random.Random(16)
+    c = Clock("2026-11-22 07:00:00")
+    lines = []
+
+    def emit(stream: str, msg: str) -> None:
+        raw = msg.encode()
+        pieces = [raw[i:i + DOCKER_SPLIT] for i in range(0, len(raw), DOCKER_SPLIT)] or [b""]
+        for k, piece in enumerate(pieces):
+            flag = "P" if k < len(pieces) - 1 else "F"
+            lines.append(c.t.strftime("%Y-%m-%dT%H:%M:%S.%f") + f"{k:03d}Z {stream} {flag} " + piece.decode())
+
+    emit("stderr", f"[{c.stamp()}] " + _real_args("sglang-0.5.23-dict-eagle3.txt"))
+    c.tick(30)
+    emit("stderr", f"[{c.stamp()}] The server is fired up and ready to roll!")
+    for w in range(6):
+        c.tick(1.0)
+        al = rng.gauss(2.9, 0.05)
+        emit("stderr", f"[{c.stamp()}] Decode batch, #running-req: 4, #token: {1024 + 16 * w}, token usage: 0.01, "
+                       f"accept len: {al:.2f}, accept rate: {(al - 1) / 3:.2f}, cuda graph: True, "
+                       f"gen throughput (token/s): {rng.gauss(640, 10):.2f}, #queue-req: 0")
+        emit("stdout", f"[{c.stamp()}] INFO:     10.0.0.7:51234 - \"POST /generate HTTP/1.1\" 200 OK")
+    path.write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     spec = dict(speculative_algorithm="EAGLE3", speculative_draft_model_path=DRAFT)
@@ -421,6 +448,7 @@ def main() -> None:
     sglang_0512_real_args_log(OUT / "sglang-0.5.12-real-server-args.log")
     sglang_dspark_simulated_log(OUT / "sglang-0.5.23-dspark-simulated.log")
     pasted_report_log(OUT / "pasted-issue-report.log")
+    sglang_k8s_cri_log(OUT / "sglang-0.5.23-k8s-cri.log")
 
 
 if __name__ == "__main__":

@@ -83,27 +83,28 @@ def graph_label(device: str) -> str:
 
 def prefill_line(*, num_new_seqs: int, num_new_tokens: int, num_cached_tokens: int,
                  token_usage: float, num_running_reqs: int, num_queue_reqs: int,
-                 num_pending_tokens: int, graph: str, input_throughput_tok_s: float) -> str:
+                 num_pending_tokens: int, graph: str, input_throughput_tok_s: float,
+                 graph_used: bool = False) -> str:
     """SGLang 0.5.11-0.5.23 non-PD `Prefill batch` message."""
     return (
         f"Prefill batch, #new-seq: {num_new_seqs}, #new-token: {num_new_tokens}, "
         f"#cached-token: {num_cached_tokens}, token usage: {token_usage:.2f}, "
         f"#running-req: {num_running_reqs}, #queue-req: {num_queue_reqs}, "
-        f"#pending-token: {num_pending_tokens}, {graph}: False, "
+        f"#pending-token: {num_pending_tokens}, {graph}: {graph_used}, "
         f"input throughput (token/s): {input_throughput_tok_s:.2f}"
     )
 
 
 def decode_line(*, num_running_reqs: int, num_tokens: int, token_usage: float,
                 accept_len: float | None, accept_rate: float | None, graph: str,
-                gen_throughput_tok_s: float, num_queue_reqs: int) -> str:
+                gen_throughput_tok_s: float, num_queue_reqs: int, graph_used: bool = False) -> str:
     """SGLang 0.5.9-0.5.23 `Decode batch` message; accept fields only with speculation."""
     spec = ""
     if accept_len is not None:
         spec = f"accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, "
     return (
         f"Decode batch, #running-req: {num_running_reqs}, #token: {num_tokens}, "
-        f"token usage: {token_usage:.2f}, {spec}{graph}: False, "
+        f"token usage: {token_usage:.2f}, {spec}{graph}: {graph_used}, "
         f"gen throughput (token/s): {gen_throughput_tok_s:.2f}, #queue-req: {num_queue_reqs}"
     )
 

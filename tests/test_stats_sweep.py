@@ -79,7 +79,10 @@ def test_final_table_fits_120_columns_and_names_winners(example):
     assert lines and max(len(ln) for ln in lines) <= 120
     for conc in example["sweep"].concurrency:
         assert any(ln.startswith(f"c={conc}: ") for ln in lines), lines
-    assert any("eagle3-s3k1d4-shifted" in ln and "loses" in ln for ln in lines)
+    # every config has its row, with a verdict word at the end
+    for cfg in {r["config"] for r in example["rows"]}:
+        assert any(ln.split()[:1] == [cfg] and ln.split()[-1] in (
+            "pays", "loses", "unclear", "baseline", "failed") for ln in lines), (cfg, lines)
     wide = subprocess.run([sys.executable, "-m", "specwatch.cli", "report", "--db",
                            str(example["db"]), "--wide"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=True).stdout

@@ -37,10 +37,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recipe's flags: the bundle leaves out FA3/flashinfer JIT, xgrammar and friends.
+# Without --gpus the sweep starts every config's server at once (kept across repeats; one run
+# loads at a time), so 6 servers share the GPU: 0.08 of its memory each.
 # CUDA graphs (not the piecewise kind, which compiles with torch.compile) unless a config adds
 # --disable-cuda-graph; the baseline specwatch adds gets the sweep's flags, so it has graphs.
 COMMON_FLAGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
-                "--grammar-backend", "none", "--mem-fraction-static", "0.15",
+                "--grammar-backend", "none", "--mem-fraction-static", "0.08",
                 "--decode-log-interval", "8", "--enable-metrics", "--cuda-graph-max-bs", "8",
                 "--disable-piecewise-cuda-graph"]
 NO_GRAPH = ["--disable-cuda-graph"]
@@ -104,15 +106,19 @@ def sha256(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def write_sweep(path: Path, name: str, target: str, draft: str, shifted: str | None,
-                repeats: int, num_prompts: int, output_tokens: int, prompts: Path,
-                configs: list[dict], concurrency: list[int]) -> None:
+def write_sweep(path: Path, name: str, target: str, draft: str, repeats: int, num_prompts: int,
+                output_tokens: int, prompts: Path | str, configs: list[dict],
+                concurrency: list[int], engine: str = "sglang") -> None:
+    """A sweep file as a user writes it. The built-in engine gets only the flags it shares with
+    SGLang (not the bundle's backend choices)."""
     def toml_list(xs):
         return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
-    lines = [f'name = "{name}"', 'engine = "sglang"',
-             f'launch_command = ["{sys.executable}", "-m", "sglang.launch_server"]',
+    flags = COMMON_FLAGS if engine == "sglang" else ["--decode-log-interval", "8"]
+    lines = [f'name = "{name}"', f'engine = "{engine}"',
+             *([f'launch_command = ["{sys.executable}", "-m", "sglang.launch_server"]']
+               if engine == "sglang" else []),
              f'model = "{target}"', f'draft_model = "{draft}"', 'speculative_algorithm = "EAGLE3"',
-             f"server_flags = {toml_list(COMMON_FLAGS)}", f"concurrency = {concurrency}",
+             f"server_flags = {toml_list(flags)}", f"concurrency = {concurrency}",
              f"repeats = {repeats}", "startup_timeout_s = 300", "request_timeout_s = 120",
              "stop_grace_s = 20", "", "[workload]", f'prompts = "{prompts}"',
              f"num_prompts = {num_prompts}", "warmup_requests = 2",
@@ -166,7 +172,69 @@ def sigterm_mid_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, log: Path
             "gpu_mem_mib_after": gpu_memory_mib()}
 
 
+def serve_and_generate(argv: list[str], env: dict, port: int, prompts: list[str], log: Path,
+                       max_new: int = 64, ready_timeout_s: float = 240) -> dict:
+    """Start one server (own session), greedy /generate each prompt, stop its group. For the
+    identity check: the sweep's request rows hold no output text."""
+    import urllib.request
+    f = open(log, "w")
+    p = subprocess.Popen(argv + ["--port", str(port)], env=env, stdout=f, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    out: dict = {"texts": [], "meta": []}
+    t0 = time.monotonic()
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                pass
+            if p.poll() is not None or time.monotonic() - t0 > ready_timeout_s:
+                out["error"] = f"not ready (exit {p.poll()}); log {log}"
+                return out
+            time.sleep(1)
+        out["ready_s"] = round(time.monotonic() - t0, 1)
+        for text in prompts:
+            body = json.dumps({"text": text, "sampling_params": {
+                "max_new_tokens": max_new, "temperature": 0, "ignore_eos": True}}).encode()
+            req = urllib.request.Request(base + "/generate", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                js = json.loads(r.read())
+            out["texts"].append(js.get("text"))
+            m = js.get("meta_info") or {}
+            out["meta"].append({k: m.get(k) for k in ("completion_tokens", "spec_verify_ct",
+                                                      "spec_accept_length")})
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=30)
+        except Exception:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        f.close()
+    return out
+
+
+def first_divergence(a: str | None, b: str | None) -> int | None:
+    if a is None or b is None:
+        return -1
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def analyse(db: Path, sweep_file: Path, predict, miss_mod: int | None) -> dict:
+    try:
+        return _analyse(db, sweep_file, predict, miss_mod)
+    except Exception as exc:     # a results file with the error beats none
+        return {"analyse_error": f"{type(exc).__name__}: {exc}"}
+
+
+def _analyse(db: Path, sweep_file: Path, predict, miss_mod: int | None) -> dict:
     """Per run: what specwatch stored against the fixture's prediction for each request's own
     prompt (chain configs only: the predictor models topk 1)."""
     import duckdb
@@ -223,6 +291,90 @@ def table(rows: list[dict], cols: list[str]) -> str:
     return "\n".join(out)
 
 
+def exported_phase(args, env: dict, work: Path, out: Path, t_start: float) -> dict:
+    """The built-in engine's own weights in both engines: real SGLang (exported HF/SGLang
+    checkpoints) and the built-in engine on CUDA, same workload, same sweep shape."""
+    exp = work / "exported"
+    p = sh([sys.executable, "-m", "specwatch.engine.export_hf", str(exp)], env=env)
+    res: dict = {"export": (p.stdout + p.stderr)[-300:]}
+    manifest = exp / "MANIFEST.json"
+    res["exported_weights"] = {k: v[:16] for k, v in json.loads(manifest.read_text()).get(
+        "files", {}).items() if k.endswith(".safetensors")} if manifest.exists() else None
+    spec = {"speculative_num_steps": 3, "speculative_eagle_topk": 1}
+    real_cfgs = [{"name": "eagle3-s3k1d4", **spec},
+                 {"name": "eagle3-s3k1d4-minus1", "draft_model": str(exp / "draft-eagle3-minus1"),
+                  **spec},
+                 {"name": "eagle3-s3k1d4-shifted",
+                  "draft_model": str(exp / "draft-eagle3-shifted"), **spec}]
+    sweep_real = work / "exported-real.toml"
+    write_sweep(sweep_real, "exported-real", str(exp / "target"), str(exp / "draft-eagle3"),
+                args.repeats, args.num_prompts, args.output_tokens, "builtin:mixed", real_cfgs,
+                [1, 8])
+    db = out / "exported.duckdb"
+    left = args.budget_s - (time.monotonic() - t_start)
+    rc, wall = run_sweep(sweep_real, db, work / "runs-exp", env, max(60, left - 150),
+                         out / "exported-real.sweep.log")
+    doctor = sh([sys.executable, "-m", "specwatch.cli", "doctor", "--db", str(db)], env=env)
+    res["exported_real"] = {"exit_code": rc, "wall_s": round(wall, 1),
+                            "procs_left": sglang_procs(), "gpu_mem_mib_after": gpu_memory_mib(),
+                            "doctor": doctor.stdout[-3000:] + doctor.stderr[-500:],
+                            **analyse(db, sweep_real, None, None)}
+    # The same configs on the built-in engine (committed weights), on the GPU (--gpus 0).
+    builtin_cfgs = [{"name": "eagle3-s3k1d4", **spec},
+                    {"name": "eagle3-s3k1d4-minus1", "aux_layer_ids": [0, 2, 4], **spec},
+                    {"name": "eagle3-s3k1d4-shifted", "draft_model": "builtin:draft-eagle3-shifted",
+                     **spec}]
+    sweep_b = work / "exported-builtin.toml"
+    write_sweep(sweep_b, "exported-builtin", "builtin:target", "builtin:draft-eagle3",
+                args.repeats, args.num_prompts, args.output_tokens, "builtin:mixed",
+                builtin_cfgs, [1, 8], engine="builtin")
+    left = args.budget_s - (time.monotonic() - t_start)
+    p = subprocess.run([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep_b), "--db",
+                        str(out / "exported-builtin.duckdb"), "--out-dir", str(work / "runs-b"),
+                        "--gpus", "0"], env=env, stdout=open(out / "exported-builtin.sweep.log", "w"),
+                       stderr=subprocess.STDOUT, timeout=max(60, left - 90))
+    res["exported_builtin"] = {"exit_code": p.returncode, "procs_left": sglang_procs(),
+                               **analyse(out / "exported-builtin.duckdb", sweep_b, None, None)}
+    # Greedy identity: the same prompts through both engines with the correct draft.
+    prompts = ["def fibonacci(n):", "The capital of France is", "Once upon a time",
+               "import numpy as np\n", "Question: what is 17 * 3?\nAnswer:"]
+    flags = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    real = serve_and_generate([sys.executable, "-m", "sglang.launch_server", "--model-path",
+                               str(exp / "target"), "--speculative-draft-model-path",
+                               str(exp / "draft-eagle3"), *flags, *COMMON_FLAGS],
+                              env, 31000, prompts, out / "identity-real.log")
+    built = serve_and_generate([sys.executable, "-m", "specwatch.engine", "--model-path",
+                                "builtin:target", "--speculative-draft-model-path",
+                                "builtin:draft-eagle3", *flags, "--device", "cuda"],
+                               env, 31001, prompts, out / "identity-builtin.log")
+    res["identity"] = {"real": real, "builtin": built,
+                       "first_divergence_char": [first_divergence(a, b) for a, b in zip(
+                           real.get("texts", []), built.get("texts", []))]}
+    return res
+
+
+def save(report: dict, out: Path, t_start: float) -> None:
+    """Write the results so far (a later phase may run out of time)."""
+    report["wall_s"] = round(time.monotonic() - t_start, 1)
+    (out / "real_sglang_h200.json").write_text(json.dumps(report, indent=1, default=str))
+    md = [f"# specwatch on real SGLang, one H200 ({report['started']})", "",
+          f"commit {report['commit']}{' (dirty)' if report['dirty'] else ''}; "
+          f"SGLang {report['sglang']}; {report['device']}; weights {report['weights']}", ""]
+    for name, ph in report["phases"].items():
+        md.append(f"## {name}")
+        if "runs" in ph:
+            md.append(table(ph["runs"], ["config", "concurrency", "repeat", "status",
+                                         "window_accept_len", "client_accept_len",
+                                         "server_info_accept_len", "requests",
+                                         "requests_matching_prediction", "output_tok_s",
+                                         "failure_reason"]))
+        md.append("")
+        md.append("```\n" + json.dumps({k: v for k, v in ph.items() if k != "runs"}, indent=1,
+                                       default=str) + "\n```")
+    (out / "real_sglang_h200.md").write_text("\n".join(md) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--site", required=True, help="unpacked real-SGLang bundle (--target dir)")
@@ -274,8 +426,9 @@ def main() -> int:
     ]
     sweep = work / "fixture.toml"
     write_sweep(sweep, "real-fixture", str(models / "tiny-llama"), str(models / "tiny-eagle3"),
-                None, args.repeats, args.num_prompts, args.output_tokens, prompts, configs, [1, 8])
+                args.repeats, args.num_prompts, args.output_tokens, prompts, configs, [1, 8])
     db = out / "real_sglang.duckdb"
+    phase_errors = report.setdefault("phase_errors", {})
     if "fixture" in args.phases:
         left = args.budget_s - (time.monotonic() - t_start)
         rc, wall = run_sweep(sweep, db, work / "runs", env, max(60, left - 120),
@@ -284,28 +437,21 @@ def main() -> int:
                                        "procs_left": sglang_procs(), "gpu_apps_left": gpu_apps(),
                                        "gpu_mem_mib_after": gpu_memory_mib(),
                                        **analyse(db, sweep, predict, args.miss_mod)}
+        save(report, out, t_start)
     if "sigterm" in args.phases and time.monotonic() - t_start < args.budget_s - 100:
-        report["phases"]["sigterm"] = sigterm_mid_sweep(sweep, out / "sigterm.duckdb",
+        small = work / "sigterm.toml"
+        write_sweep(small, "real-sigterm", str(models / "tiny-llama"), str(models / "tiny-eagle3"),
+                    1, 64, 256, prompts, configs[1:2], [1])
+        report["phases"]["sigterm"] = sigterm_mid_sweep(small, out / "sigterm.duckdb",
                                                         work / "runs-sigterm", env,
                                                         out / "sigterm.sweep.log")
-    report["wall_s"] = round(time.monotonic() - t_start, 1)
-    (out / "real_sglang_h200.json").write_text(json.dumps(report, indent=1, default=str))
-    md = [f"# specwatch on real SGLang, one H200 ({report['started']})", "",
-          f"commit {report['commit']}{' (dirty)' if report['dirty'] else ''}; "
-          f"SGLang {report['sglang']}; {report['device']}; weights {report['weights']}", ""]
-    for name, ph in report["phases"].items():
-        md.append(f"## {name}")
-        if "runs" in ph:
-            md.append(table(ph["runs"], ["config", "concurrency", "repeat", "status",
-                                         "window_accept_len", "client_accept_len",
-                                         "server_info_accept_len", "requests",
-                                         "requests_matching_prediction", "output_tok_s",
-                                         "failure_reason"]))
-        md.append("")
-        md.append("```\n" + json.dumps({k: v for k, v in ph.items() if k != "runs"}, indent=1,
-                                       default=str) + "\n```")
-    (out / "real_sglang_h200.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+        save(report, out, t_start)
+    if "exported" in args.phases and time.monotonic() - t_start < args.budget_s - 150:
+        try:
+            report["phases"].update(exported_phase(args, env, work, out, t_start))
+        except Exception as exc:   # keep what the earlier phases measured
+            phase_errors["exported"] = f"{type(exc).__name__}: {exc}"
+    save(report, out, t_start)
     return 0
 
 

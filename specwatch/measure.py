@@ -97,6 +97,7 @@ class ConfigResult:
     warmup_s: float = 0.0           # probe + warm-up requests
     load_s: float = 0.0             # Σ load wall time of the runs
     wait_s: float = 0.0             # waiting for its turn (interleaved order) or a free GPU
+    dispatch_s: float | None = None  # Ray: submit -> result back, minus the task's own total_s
     stop_s: float | None = None     # SIGTERM -> group gone
     total_s: float = 0.0
     stop_clean: bool | None = None

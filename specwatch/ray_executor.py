@@ -26,6 +26,7 @@ import dataclasses
 import datetime as dt
 import socket
 import threading
+import time
 
 from specwatch import launch
 from specwatch.measure import ConfigJob, ConfigResult, RunResult, base_row, measure_config
@@ -110,13 +111,14 @@ def run(jobs: list[ConfigJob], db: str, out_dir: str, address: str | None, stop:
     ray = connect(address)
     has_gpus = ray.cluster_resources().get("GPU", 0) > 0
     remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(_task)
-    refs = {}
+    refs, submitted = {}, {}
     for job in jobs:
         opts = ({"num_gpus": gpus_needed(job.config), "num_cpus": 0} if has_gpus
                 else {"num_cpus": CPU_PER_CONFIG})
         # The task picks its own port and gets its GPUs from Ray.
         ship = dataclasses.replace(job, gpus=() if has_gpus else None)
-        refs[remote.options(**opts, name=f"specwatch:{job.config.name}").remote(ship)] = job
+        ref = remote.options(**opts, name=f"specwatch:{job.config.name}").remote(ship)
+        refs[ref], submitted[ref] = job, time.monotonic()
         progress.config_start(job.config.name, len(job.runs))
     cancelled = False
     while refs:
@@ -137,6 +139,8 @@ def run(jobs: list[ConfigJob], db: str, out_dir: str, address: str | None, stop:
                 res = _failed(job, "interrupted" if cancelled else "failed",
                               f"Ray task failed after {MAX_RETRIES} retries: "
                               f"{type(exc).__name__}: {first[0] if first else ''}")
+            # Ray's own cost for this config: scheduling, worker start, shipping job and result
+            res.dispatch_s = max(0.0, time.monotonic() - submitted.pop(ref) - res.total_s)
             for r in res.runs:
                 progress.run_end(job.config.name, r)
             progress.config_end(job.config.name, res)

@@ -50,7 +50,8 @@ def table() -> dict:
             "dest": a.dest,
             "action": type(a).__name__,
             "nargs": a.nargs,
-            "const": _jsonable(a.const),
+            # SGLang's DeprecatedStoreConstAction keeps its stored value in const_value
+            "const": _jsonable(a.const if a.const is not None else getattr(a, "const_value", None)),
             "default": _jsonable(a.default),
             "type": _type_name(a.type),
             # A set's order changes per process (hash seed): sorted, so the table is stable.

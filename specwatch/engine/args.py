@@ -265,6 +265,13 @@ _TYPES = {None: None, "str": None, "int": int, "float": float, "json.loads": jso
           "sglang.srt.utils.common.human_readable_int": _plain_int}
 
 
+class _StoreFixed(argparse.Action):
+    """A flag that takes a value from `choices` and stores `const` (SGLang's retired valued flags)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print and exit; the caller decides
         raise ArgsUsageError(message, self.format_usage())
@@ -289,8 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(*opts, action="store_true", **kw)
         elif kind == "_StoreFalseAction":
             p.add_argument(*opts, action="store_false", **kw)
-        elif kind in ("_StoreConstAction", "DeprecatedStoreConstAction"):
+        elif kind in ("_StoreConstAction", "DeprecatedStoreConstAction") and a["nargs"] in (0, None) \
+                and a["choices"] is None:
             p.add_argument(*opts, action="store_const", const=a["const"], **kw)
+        elif kind == "DeprecatedStoreConstAction":   # takes one of `choices`, stores const
+            p.add_argument(*opts, action=_StoreFixed, const=a["const"], nargs=a["nargs"],
+                           choices=a["choices"], **kw)
         elif kind == "BooleanOptionalAction":
             p.add_argument(opts[0], action=argparse.BooleanOptionalAction, **kw)
         else:

@@ -68,8 +68,10 @@ _SAMPLING_FIXED: dict[str, Any] = {
 }
 _SAMPLING_FREE = {"ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
                   "min_new_tokens", "stream_interval"}
+# SGLang 0.5.23's /generate refuses `seed` (the field is `sampling_seed`; OpenAI's top-level `seed`
+# maps to it): tests/contract/test_request_fields_contract.py checks this set against the real one.
 _SAMPLING_ALL = {"max_new_tokens", "temperature", "top_p", "top_k", "stop", "stop_token_ids",
-                 "no_stop_trim", "seed", "sampling_seed"} | set(_SAMPLING_FIXED) | _SAMPLING_FREE
+                 "no_stop_trim", "sampling_seed"} | set(_SAMPLING_FIXED) | _SAMPLING_FREE
 
 
 SAMPLING_EPS = 1e-6  # sglang/srt/sampling/sampling_params.py _SAMPLING_EPS
@@ -82,7 +84,8 @@ def parse_sampling(sp: Any, where: str = "sampling_params") -> Sampling:
     check_type(where, sp, (dict,), "an object")
     unknown = sorted(set(sp) - _SAMPLING_ALL)
     if unknown:
-        raise BadRequest(f"{where}: unknown field(s) {', '.join(unknown)}")
+        raise BadRequest(f"{where}: unknown field `{unknown[0]}`, expected one of "
+                         + ", ".join(f"`{k}`" for k in sorted(_SAMPLING_ALL)))
     for key, only in _SAMPLING_FIXED.items():
         if key in sp and sp[key] is not None and sp[key] != only:
             raise BadRequest(f"{where}.{key}={json.dumps(sp[key])} is not supported by the "
@@ -110,15 +113,16 @@ def parse_sampling(sp: Any, where: str = "sampling_params") -> Sampling:
         out.top_p = float(sp["top_p"])
     if sp.get("top_k") is not None:
         check_type(f"{where}.top_k", sp["top_k"], (int,), "an integer")
+        if sp["top_k"] < -1 or sp["top_k"] == 0:  # SGLang 0.5.23 SamplingParams.verify
+            raise BadRequest(f"top_k must be -1 (disable) or at least 1, got {sp['top_k']}.")
         if sp["top_k"] == 1:
             out.temperature = 0.0  # top_k=1 is greedy
-        elif sp["top_k"] not in (-1, 0):
+        elif sp["top_k"] != -1:
             raise BadRequest(f"{where}.top_k={sp['top_k']} is not supported by the built-in "
                              "engine (only -1 = off, or 1 = greedy)")
-    for key in ("seed", "sampling_seed"):
-        if sp.get(key) is not None:
-            check_type(f"{where}.{key}", sp[key], (int,), "an integer")
-            out.seed = sp[key]
+    if sp.get("sampling_seed") is not None:
+        check_type(f"{where}.sampling_seed", sp["sampling_seed"], (int,), "an integer")
+        out.seed = sp["sampling_seed"]
     out.stop = _stop_list(f"{where}.stop", sp.get("stop"))
     ids = sp.get("stop_token_ids")
     if ids is not None:
@@ -126,6 +130,15 @@ def parse_sampling(sp: Any, where: str = "sampling_params") -> Sampling:
                                                for t in ids):
             raise BadRequest(f"{where}.stop_token_ids: expected a list of integers")
         out.stop_token_ids = set(ids)
+    for key in ("min_new_tokens", "stream_interval"):
+        if sp.get(key) is not None:
+            check_type(f"{where}.{key}", sp[key], (int,), "an integer")
+    mn = sp.get("min_new_tokens")
+    if mn is not None and mn < 0:
+        raise BadRequest(f"min_new_tokens must be in [0, max_new_tokens], got {mn}.")
+    if mn is not None and out.max_new_tokens is not None and mn > out.max_new_tokens:
+        raise BadRequest(f"min_new_tokens must be in [0, max_new_tokens({out.max_new_tokens})], "
+                         f"got {mn}.")
     for key in ("no_stop_trim", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens"):
         if sp.get(key) is not None:
             check_type(f"{where}.{key}", sp[key], (bool,), "true or false")
@@ -182,10 +195,12 @@ def openai_sampling(body: dict, max_tokens: Any, default_max: int | None) -> Sam
                              f"engine (only {json.dumps(only)})")
     if body.get("logprobs") not in (None, False):
         raise BadRequest("logprobs is not supported by the built-in engine")
-    sp = {k: body[k] for k in ("temperature", "top_p", "top_k", "stop", "seed", "ignore_eos",
+    sp = {k: body[k] for k in ("temperature", "top_p", "top_k", "stop", "ignore_eos",
                                "presence_penalty", "frequency_penalty", "repetition_penalty",
                                "min_p", "stop_token_ids", "no_stop_trim", "skip_special_tokens")
           if k in body}
+    if "seed" in body:  # OpenAI's seed is SGLang's sampling_seed
+        sp["sampling_seed"] = body["seed"]
     sp["max_new_tokens"] = default_max if max_tokens is None else max_tokens
     if max_tokens is not None:
         check_type("max_tokens", max_tokens, (int,), "an integer")

@@ -8,10 +8,16 @@ server that cannot keep up is visible instead of blamed on the client.
 
 Columns (per concurrency; ms unless named):
   ttft_err_p50/p99   measured TTFT − TTFT_MS          itl_err_p50/p99  measured ITL − ITL_MS
+  srv_late_p99       the server's own lateness against its schedule (a busy machine delays it)
+  cli_ttft_p50/p99   the client's own error: measured TTFT − (the server's real first send −
+                     its real arrival), i.e. connect + send + receive + scheduling on the client
+  cli_ttft_p99_w2    the same after the first wave of `conc` requests (which all connect at
+                     once, so the first wave's TTFT carries the start-up burst)
+  cli_itl_p50/p99    measured ITL − the server's real gap between the same two events
   wall_ratio         load wall time / ideal wall time (ideal: the server's delays alone)
-  cpu_ms_per_req     the client process's CPU time per request
-  srv_late_p99       the server's own lateness against its schedule
+  cpu_ms_req         the client process's CPU time per request
   failed             requests that failed
+(Both processes read CLOCK_MONOTONIC: Python's perf_counter and monotonic on Linux.)
 
 Usage: python benchmarks/bench_load_generator.py [--conc 1,8,64,256,512] [--out FILE]
 """
@@ -43,22 +49,38 @@ def cpu_s() -> float:
 
 def one(port: int, conc: int) -> dict:
     n = max(2 * conc, 32)
-    specs = [load.RequestSpec("hello", TOKENS) for _ in range(n)]
+    specs = [load.RequestSpec(f"request {i}", TOKENS) for i in range(n)]
     load.flush_cache(port)
     c0 = cpu_s()
     res = load.run(port, specs, conc, 0.0, 0, timeout_s=120.0)
     cpu = cpu_s() - c0
     ok = [r for r in res.results if r.success]
+    srv = load.server_info(port, timeout_s=60.0) or {}
+    real = srv.get("requests", {})
+    # client error: what the client measured minus what the server really did (its send times)
+    ttft_c, itl_c, ttft_late = [], [], []
+    for r in ok:
+        times = real.get(f"request {r.request_idx}")
+        if not times or r.ttft_ms is None:
+            continue
+        ttft_c.append(r.ttft_ms - (times[1] - times[0]) * 1000)
+        if r.request_idx >= conc:           # after the first wave: one connect at a time
+            ttft_late.append(ttft_c[-1])
+        gaps = [(b - a) * 1000 for a, b in zip(times[1:], times[2:])]
+        itl_c += [c - g for c, g in zip(r.itl_ms, gaps)]
     ttft = [r.ttft_ms - TTFT_MS for r in ok if r.ttft_ms is not None]
     itl = [x - ITL_MS for r in ok for x in r.itl_ms]
     per_req = (TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000
     ideal = math.ceil(n / conc) * per_req
-    srv = load.server_info(port) or {}
+    p = load.percentile
     return {"conc": conc, "requests": n,
-            "ttft_err_p50": load.percentile(ttft, 50), "ttft_err_p99": load.percentile(ttft, 99),
-            "itl_err_p50": load.percentile(itl, 50), "itl_err_p99": load.percentile(itl, 99),
-            "wall_ratio": res.wall_s / ideal, "cpu_ms_per_req": cpu * 1000 / n,
-            "srv_late_p99": srv.get("lateness_ms_p99"), "failed": n - len(ok)}
+            "ttft_err_p50": p(ttft, 50), "ttft_err_p99": p(ttft, 99),
+            "itl_err_p50": p(itl, 50), "itl_err_p99": p(itl, 99),
+            "srv_late_p99": srv.get("lateness_ms_p99"),
+            "cli_ttft_p50": p(ttft_c, 50), "cli_ttft_p99": p(ttft_c, 99),
+            "cli_ttft_p99_w2": p(ttft_late, 99), "cli_itl_p50": p(itl_c, 50), "cli_itl_p99": p(itl_c, 99),
+            "wall_ratio": res.wall_s / ideal, "cpu_ms_req": cpu * 1000 / n,
+            "failed": n - len(ok)}
 
 
 def main() -> int:
@@ -88,9 +110,9 @@ def main() -> int:
              f"{platform.machine()} {os.cpu_count()} cores (shared, busy), python "
              f"{platform.python_version()}; no weights (fixed-delay server: TTFT {TTFT_MS:.0f} "
              f"ms, ITL {ITL_MS:.0f} ms, {TOKENS} tokens per request)",
-             " ".join(f"{c:>14}" for c in cols)]
+             " ".join(f"{c:>15}" for c in cols)]
     for r in rows:
-        lines.append(" ".join(f"{r[c]:>14.2f}" if isinstance(r[c], float) else f"{r[c]!s:>14}"
+        lines.append(" ".join(f"{r[c]:>15.2f}" if isinstance(r[c], float) else f"{r[c]!s:>15}"
                               for c in cols))
     text = "\n".join(lines) + "\n"
     print(text)

@@ -13,6 +13,7 @@ exist, 2 concurrency levels x 2 repeats, a tiny workload) and prints one row per
   wait_s     waiting for its turn in the interleaved order (not overhead)
   dispatch_s --ray only: Ray's own cost per config (submit -> result back in the driver, minus
              the task's total: scheduling, worker start, shipping job, rows and log)
+  disp_start_s  of which: submit -> the task began measuring (scheduling + worker start-up)
 
 With --ray the same sweep also runs with `--executor ray` on a Ray cluster simulated on this
 machine (a head and one node with one CPU per config, so no task queues), and a last table puts
@@ -68,7 +69,8 @@ speculative_num_draft_tokens = 4
 
 def table(res, extra_cols: bool = False) -> tuple[list[str], float, dict]:
     cols = ["config", "runs", "startup_s", "warmup_s", "load_s", "wait_s", "stop_s", "total_s",
-            "overhead_s", "per_run_s", "status"] + (["dispatch_s"] if extra_cols else [])
+            "overhead_s", "per_run_s", "status"] + (["dispatch_s", "disp_start_s"]
+                                                     if extra_cols else [])
     lines = [" ".join(f"{c:>11}" for c in cols)]
     worst, per = 0.0, {}
     for o in res.outcomes:
@@ -79,7 +81,7 @@ def table(res, extra_cols: bool = False) -> tuple[list[str], float, dict]:
                 o.stop_s or 0.0, o.total_s, o.overhead_s,
                 (o.overhead_s - (o.stop_s or 0.0)) / max(n, 1), o.status]
         if extra_cols:
-            vals.append(o.dispatch_s or 0.0)
+            vals += [o.dispatch_s or 0.0, o.dispatch_start_s or 0.0]
         lines.append(" ".join(f"{v:>11.3f}" if isinstance(v, float) else f"{v:>11}"
                               for v in vals))
     return lines, worst, per
@@ -92,7 +94,19 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="also write the output to this file")
     args = ap.parse_args()
     have_drafts = (models_dir() / "draft-eagle3" / "config.json").is_file()
-    out: list[str] = []
+    import datetime as dt
+    import os
+    import platform
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    load1 = os.getloadavg()[0]
+    out: list[str] = [
+        f"# bench_sweep_overhead --repeats {args.repeats}{' --ray' if args.ray else ''}: commit "
+        f"{commit}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()} "
+        f"{os.cpu_count()} cores, load average {load1:.1f} at start (shared machine); weights: "
+        "the built-in engine's committed builtin:target / builtin:draft-eagle3", ""]
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "overhead.toml"
         p.write_text(SWEEP.format(repeats=args.repeats) + (SPEC if have_drafts else ""))

@@ -22,12 +22,15 @@ import time
 class Stats:
     def __init__(self):
         self.lateness: list[float] = []
+        # per request (keyed by its prompt text): when it arrived and when each event really
+        # went out (time.monotonic(), the same clock as the client's perf_counter on Linux)
+        self.requests: dict[str, list[float]] = {}
 
     def summary(self) -> dict:
         v = sorted(self.lateness)
         pick = (lambda q: v[min(len(v) - 1, int(q * len(v)))] if v else None)
         return {"events": len(v), "lateness_ms_p50": pick(0.5), "lateness_ms_p99": pick(0.99),
-                "lateness_ms_max": v[-1] if v else None}
+                "lateness_ms_max": v[-1] if v else None, "requests": self.requests}
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, args, stats: Stats):
@@ -54,6 +57,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, arg
         if path == "/generate" and method == "POST":
             req = json.loads(body)
             n = int(req.get("sampling_params", {}).get("max_new_tokens", 16))
+            times = stats.requests.setdefault(str(req.get("text")), [t0])
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                          b"Connection: close\r\n\r\n")
             for k in range(1, n + 1):
@@ -61,7 +65,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, arg
                 delay = due - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                stats.lateness.append((time.monotonic() - due) * 1000)
+                now = time.monotonic()
+                stats.lateness.append((now - due) * 1000)
+                times.append(now)
                 meta = {"completion_tokens": k, "prompt_tokens": 8}
                 writer.write(b"data: " + json.dumps({"text": "x" * k, "meta_info": meta}).encode()
                              + b"\n\n")
@@ -71,6 +77,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, arg
             writer.write(reply({}))
         elif path == "/flush_cache":
             stats.lateness.clear()
+            stats.requests.clear()
             writer.write(reply({}))
         elif path in ("/server_info", "/get_server_info"):
             writer.write(reply(stats.summary()))

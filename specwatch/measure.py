@@ -98,6 +98,8 @@ class ConfigResult:
     load_s: float = 0.0             # Σ load wall time of the runs
     wait_s: float = 0.0             # waiting for its turn (interleaved order) or a free GPU
     dispatch_s: float | None = None  # Ray: submit -> result back, minus the task's own total_s
+    dispatch_start_s: float | None = None  # ... of which submit -> the task began (same host)
+    started_wall: float | None = None      # time.time() when measuring began
     stop_s: float | None = None     # SIGTERM -> group gone
     total_s: float = 0.0
     stop_clean: bool | None = None
@@ -170,7 +172,7 @@ def _log_size(path: Path | None) -> int | None:
 def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=None
                    ) -> ConfigResult:
     """Measure one config at each of its runs; always stops the server it started."""
-    t_start = time.monotonic()
+    t_start, wall_start = time.monotonic(), time.time()
     stop = stop or threading.Event()
     sweep, c = job.sweep, job.config
     run_dir = Path(job.run_dir)
@@ -182,7 +184,8 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
     target = load.target_of(job.endpoint) if job.endpoint else job.port
     out = ConfigResult(config=c.name, sweep=sweep.name, log_path=str(log_path) if log_path
                        else None, port=job.port, hostname=socket.gethostname(),
-                       gpus=list(job.gpus) if job.gpus is not None else None)
+                       gpus=list(job.gpus) if job.gpus is not None else None,
+                       started_wall=wall_start)
     keys = list(job.runs)
     rows = {k: base_row(job, k, i) for i, k in enumerate(keys)}
     done: set[RunKey] = set()

@@ -118,7 +118,7 @@ def run(jobs: list[ConfigJob], db: str, out_dir: str, address: str | None, stop:
         # The task picks its own port and gets its GPUs from Ray.
         ship = dataclasses.replace(job, gpus=() if has_gpus else None)
         ref = remote.options(**opts, name=f"specwatch:{job.config.name}").remote(ship)
-        refs[ref], submitted[ref] = job, time.monotonic()
+        refs[ref], submitted[ref] = job, (time.monotonic(), time.time())
         progress.config_start(job.config.name, len(job.runs))
     cancelled = False
     while refs:
@@ -140,7 +140,10 @@ def run(jobs: list[ConfigJob], db: str, out_dir: str, address: str | None, stop:
                               f"Ray task failed after {MAX_RETRIES} retries: "
                               f"{type(exc).__name__}: {first[0] if first else ''}")
             # Ray's own cost for this config: scheduling, worker start, shipping job and result
-            res.dispatch_s = max(0.0, time.monotonic() - submitted.pop(ref) - res.total_s)
+            t_mono, t_wall = submitted.pop(ref)
+            res.dispatch_s = max(0.0, time.monotonic() - t_mono - res.total_s)
+            if res.started_wall is not None:     # clocks of different hosts: approximate
+                res.dispatch_start_s = max(0.0, res.started_wall - t_wall)
             for r in res.runs:
                 progress.run_end(job.config.name, r)
             progress.config_end(job.config.name, res)

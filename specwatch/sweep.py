@@ -193,6 +193,7 @@ class Driver:
     def __init__(self, db: str, out_dir: str, progress, turnstile: Turnstile | None = None):
         self.db, self.out_dir, self.progress, self.turnstile = db, out_dir, progress, turnstile
         self.live: dict[str, writer.LiveIngest] = {}
+        self.stored: dict[str, set[str]] = {}      # config -> run ids stored as they finished
         self.lock = threading.Lock()
 
     def config_start(self, name, runs):
@@ -232,7 +233,14 @@ class Driver:
         self.progress.run_end(name, r)
 
     def run_measured(self, result: ConfigResult):
-        writer.store_result(self.db, result, self.out_dir)
+        stored = writer.store_result(self.db, result, self.out_dir,
+                                     skip=self.stored.get(result.config, set()))
+        with self.lock:
+            self.stored.setdefault(result.config, set()).update(stored)
+
+    def already_stored(self, config: str) -> set[str]:
+        with self.lock:
+            return set(self.stored.get(config, set()))
 
     def config_end(self, name, out):
         with self.lock:
@@ -299,8 +307,11 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
     for job in jobs.values():
         writer.mark_running(db, [base_row(job, k, i) for i, k in enumerate(job.runs)])
 
+    drv = Driver(db, out_dir, progress)
+
     def finished(res: ConfigResult) -> None:
-        writer.store_result(db, res, out_dir)
+        # what the local executors stored run by run is not stored again
+        writer.store_result(db, res, out_dir, skip=drv.already_stored(res.config))
         outcomes.append(res)
 
     used: set[int] = set()
@@ -314,17 +325,15 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
             endpoint, log = attach[name]
             job = ConfigJob(job.sweep, job.config, job.runs, job.run_dir, 0, None, job.order,
                             job.order_seed, endpoint, log)
-            finished(measure_config(job, stop, Driver(db, out_dir, progress)))
+            finished(measure_config(job, stop, drv))
     elif gpus is None and sweep.port is None:
-        turn = Turnstile(order, stop)
-        drv = Driver(db, out_dir, progress, turn)
+        drv.turnstile = Turnstile(order, stop)
         with ThreadPoolExecutor(max_workers=GROUP_SIZE, thread_name_prefix="config") as pool:
             futs = [pool.submit(measure_config, _with_port(j, used), stop, drv)
                     for j in jobs.values()]
             for fut in futs:
                 finished(fut.result())
     elif gpus is None or sweep.port is not None:
-        drv = Driver(db, out_dir, progress)
         for name, job in jobs.items():
             if stop.is_set():
                 break
@@ -335,15 +344,14 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
             finished(measure_config(_with_port(job, used, gpus[:need] if gpus else None), stop,
                                     drv))
     else:
-        _run_on_gpus(list(jobs.values()), gpus, db, out_dir, stop, progress, finished, outcomes)
+        _run_on_gpus(list(jobs.values()), gpus, db, stop, drv, finished, outcomes)
     progress.sweep_end()
     return SweepResult(sweep.name, outcomes, list(sweep.skipped), up_to_date, stop.is_set())
 
 
-def _run_on_gpus(jobs: list[ConfigJob], gpus: tuple[int, ...], db: str, out_dir: str, stop,
-                 progress, finished, outcomes) -> None:
+def _run_on_gpus(jobs: list[ConfigJob], gpus: tuple[int, ...], db: str, stop, drv: Driver,
+                 finished, outcomes) -> None:
     """Configs in parallel on disjoint GPU sets; each waits for enough free GPUs."""
-    drv = Driver(db, out_dir, progress)
     free = list(gpus)
     used: set[int] = set()
     pending = []

@@ -98,21 +98,26 @@ def ingest_log(db: str, path: Path | None) -> str | None:
 
 
 def store_result(db: str, result: ConfigResult, out_dir: str | Path,
-                 parquet: bool = True) -> None:
-    """Store one config's result (see the module docstring); safe to call again."""
+                 parquet: bool = True, skip: set[str] | frozenset = frozenset()) -> set[str]:
+    """Store one config's result (see the module docstring); safe to call again. `skip`: run
+    ids already stored from this same result (a run is final once measured), so storing after
+    every run costs one run each time. Returns the run ids stored."""
     source_id = ingest_log(db, local_log(result, out_dir))
     node = {"node_hostname": result.hostname, "ray_node_id": result.ray_node_id,
             "ray_retries": result.ray_retries}
     rows, reqs, ranges = [], {}, {}
-    for r in result.runs:
+    runs = [r for r in result.runs if r.run_id not in skip]
+    for r in runs:
         rows.append({**r.row, **{k: v for k, v in node.items() if v is not None}})
         reqs[r.run_id] = r.requests
         if source_id is not None and r.offset_from is not None:
             ranges[r.run_id] = (source_id, r.offset_from, r.offset_to)
-    _retrying(lambda: _write(db, rows, reqs, ranges, reset=True), f"config {result.config}")
+    if rows:
+        _retrying(lambda: _write(db, rows, reqs, ranges, reset=True), f"config {result.config}")
     if parquet:
-        for r, row in zip(result.runs, rows):
+        for r, row in zip(runs, rows):
             write_parquet(Path(out_dir) / result.sweep / result.config, r, row)
+    return {r.run_id for r in runs}
 
 
 def _write(db: str, rows: list[dict], requests: dict[str, list[dict]],

@@ -14,13 +14,15 @@ alternate across repeats and a slow drift of the machine (thermal, a neighbour's
 every config alike instead of on whichever config ran last.
 
 Executors:
-- local, CPU (default): the servers of the sweep's configs are started together (at most
+- local, built-in engine (default): the servers of the sweep's configs are started together (at most
   `GROUP_SIZE` at once) and **kept for all their repeats**; a turnstile lets exactly one run load
   at a time, in the interleaved order. An idle built-in engine (or SGLang) server costs no CPU, so
   a run measures the same as if it were alone, and one server per config across repeats is
   faithful: restarting per repeat would only add start-up time (warm-up requests reset caches).
 - local, `--gpus`: configs on disjoint GPU sets run at the same time (a config takes tp*pp*dp
   ids), each one's runs in the interleaved order; configs wait for free GPUs.
+- `engine = "sglang"` without `--gpus`: one config at a time (SGLang assumes it owns the GPU's
+  memory, see `shares_host`); servers are restarted between configs, not between repeats.
 - fixed `port` in the sweep file: one config at a time (they cannot share the port), each with
   its runs in interleaved order; servers are restarted between configs, not between repeats.
 - ray (`--executor ray`, see `ray_executor`): one Ray task per config on the cluster.
@@ -280,6 +282,16 @@ def _with_port(job: ConfigJob, used: set[int], gpus=None) -> ConfigJob:
                      job.order_seed)
 
 
+def shares_host(sweep: Sweep, gpus: tuple[int, ...] | None) -> bool:
+    """Whether the configs' servers may be alive at once without --gpus. Only the built-in
+    engine: SGLang sizes its KV cache from the GPU memory that is free when it starts
+    (mem_fraction_static of the whole card must still be free), so a second SGLang server on the
+    same GPU fails with "Not enough memory" or, started first, starves the next (measured on the
+    H200, benchmarks/results/real_sglang_h200.md). SGLang configs without --gpus therefore run one
+    at a time."""
+    return gpus is None and sweep.port is None and sweep.engine == "builtin"
+
+
 def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None = None,
               force: bool = False, stop: threading.Event | None = None, progress=None,
               executor: str = "local", ray_address: str | None = None,
@@ -326,7 +338,7 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
             job = ConfigJob(job.sweep, job.config, job.runs, job.run_dir, 0, None, job.order,
                             job.order_seed, endpoint, log)
             finished(measure_config(job, stop, drv))
-    elif gpus is None and sweep.port is None:
+    elif shares_host(sweep, gpus):
         drv.turnstile = Turnstile(order, stop)
         with ThreadPoolExecutor(max_workers=GROUP_SIZE, thread_name_prefix="config") as pool:
             futs = [pool.submit(measure_config, _with_port(j, used), stop, drv)

@@ -132,13 +132,19 @@ def write_sweep(path: Path, name: str, target: str, draft: str, repeats: int, nu
 
 
 def run_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, timeout_s: float,
-              log: Path) -> tuple[int, float]:
+              log: Path, extra: tuple[str, ...] = ()) -> tuple[int | str, float]:
+    """`specwatch run-sweep`; past `timeout_s` it gets SIGTERM (stores what it measured)."""
     t = time.monotonic()
     with open(log, "w") as f:
-        p = subprocess.run([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep),
-                            "--db", str(db), "--out-dir", str(out_dir)], env=env, stdout=f,
-                           stderr=subprocess.STDOUT, timeout=timeout_s)
-    return p.returncode, time.monotonic() - t
+        p = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep),
+                              "--db", str(db), "--out-dir", str(out_dir), *extra], env=env,
+                             stdout=f, stderr=subprocess.STDOUT)
+        try:
+            rc: int | str = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGTERM)
+            rc = f"SIGTERM after {timeout_s:.0f} s (budget): {p.wait(timeout=60)}"
+    return rc, time.monotonic() - t
 
 
 def sigterm_mid_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, log: Path,
@@ -312,7 +318,7 @@ def exported_phase(args, env: dict, work: Path, out: Path, t_start: float) -> di
                 [1, 8])
     db = out / "exported.duckdb"
     left = args.budget_s - (time.monotonic() - t_start)
-    rc, wall = run_sweep(sweep_real, db, work / "runs-exp", env, max(60, left - 150),
+    rc, wall = run_sweep(sweep_real, db, work / "runs-exp", env, max(60, left - 200),
                          out / "exported-real.sweep.log")
     doctor = sh([sys.executable, "-m", "specwatch.cli", "doctor", "--db", str(db)], env=env)
     res["exported_real"] = {"exit_code": rc, "wall_s": round(wall, 1),
@@ -329,11 +335,11 @@ def exported_phase(args, env: dict, work: Path, out: Path, t_start: float) -> di
                 args.repeats, args.num_prompts, args.output_tokens, "builtin:mixed",
                 builtin_cfgs, [1, 8], engine="builtin")
     left = args.budget_s - (time.monotonic() - t_start)
-    p = subprocess.run([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep_b), "--db",
-                        str(out / "exported-builtin.duckdb"), "--out-dir", str(work / "runs-b"),
-                        "--gpus", "0"], env=env, stdout=open(out / "exported-builtin.sweep.log", "w"),
-                       stderr=subprocess.STDOUT, timeout=max(60, left - 90))
-    res["exported_builtin"] = {"exit_code": p.returncode, "procs_left": sglang_procs(),
+    rc_b, wall_b = run_sweep(sweep_b, out / "exported-builtin.duckdb", work / "runs-b", env,
+                             max(60, min(150, left - 110)), out / "exported-builtin.sweep.log",
+                             ("--gpus", "0"))
+    res["exported_builtin"] = {"exit_code": rc_b, "wall_s": round(wall_b, 1),
+                               "procs_left": sglang_procs(),
                                **analyse(out / "exported-builtin.duckdb", sweep_b, None, None)}
     # Greedy identity: the same prompts through both engines with the correct draft.
     prompts = ["def fibonacci(n):", "The capital of France is", "Once upon a time",
@@ -387,7 +393,10 @@ def main() -> int:
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--phases", default="fixture,sigterm")
     ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--fixture-configs", default=None,
+                    help="only these fixture configs (comma-separated names)")
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
     t_start = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -396,7 +405,9 @@ def main() -> int:
     work = Path("/tmp/sw-h200")
     work.mkdir(parents=True, exist_ok=True)
     report: dict = {"started": dt.datetime.now().isoformat(timespec="seconds"),
-                    "commit": sh(["git", "-C", str(ROOT), "rev-parse", "HEAD"]).stdout.strip(),
+                    # the GPU machine gets a copy of the tree whose .git may lag: say the commit
+                    "commit": os.environ.get("SPECWATCH_COMMIT") or sh(
+                        ["git", "-C", str(ROOT), "rev-parse", "HEAD"]).stdout.strip(),
                     "dirty": bool(sh(["git", "-C", str(ROOT), "status", "--porcelain"]).stdout),
                     "device": sh("nvidia-smi -L").stdout.strip(),
                     "sglang": sh([sys.executable, "-c", "import sglang; print(sglang.__version__)"],
@@ -424,11 +435,20 @@ def main() -> int:
         {"name": "eagle3-tree-s2k2d4-graph", "speculative_num_steps": 2,
          "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4, "server_flags": GRAPH},
     ]
+    if args.fixture_configs:
+        configs = [c for c in configs if c["name"] in args.fixture_configs.split(",")]
     sweep = work / "fixture.toml"
     write_sweep(sweep, "real-fixture", str(models / "tiny-llama"), str(models / "tiny-eagle3"),
                 args.repeats, args.num_prompts, args.output_tokens, prompts, configs, [1, 8])
     db = out / "real_sglang.duckdb"
     phase_errors = report.setdefault("phase_errors", {})
+    if args.phases.split(",")[0] == "exported":
+        try:
+            report["phases"].update(exported_phase(args, env, work, out, t_start))
+        except Exception as exc:   # keep what was measured
+            phase_errors["exported"] = f"{type(exc).__name__}: {exc}"
+        save(report, out, t_start)
+        args.phases = ",".join(args.phases.split(",")[1:])
     if "fixture" in args.phases:
         left = args.budget_s - (time.monotonic() - t_start)
         rc, wall = run_sweep(sweep, db, work / "runs", env, max(60, left - 120),

@@ -256,6 +256,38 @@ def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path, sig):
     assert leftovers(tmp_path) == []
 
 
+def test_repeats_interleave_with_one_server_per_config(tmp_path):
+    """Repeats alternate between configs in a seeded order (stored per run), one run loads at a
+    time, and each config keeps one server across all its repeats (one log, one launch)."""
+    db = tmp_path / "s.duckdb"
+    s = make(tmp_path, "inter", """
+[[config]]
+name = "s2"
+speculative_num_steps = 2
+speculative_eagle_topk = 1
+""", conc="[1, 2]", top="repeats = 3")
+    res = sweep.run_sweep(s, str(db), str(tmp_path / "runs"), progress=quiet())
+    assert {o.status for o in res.outcomes} == {"ok"}
+    got = sorted(rows(db, "SELECT * FROM runs"), key=lambda r: r["run_order"])
+    assert [r["run_order"] for r in got] == list(range(12))
+    assert {r["order_seed"] for r in got} == {s.workload.seed}
+    blocks = [(r["repeat_idx"], r["concurrency"]) for r in got]
+    assert blocks == sorted(blocks, key=lambda b: (b[0], [1, 2].index(b[1])))
+    assert all(sorted(r["config_name"] for r in got[i:i + 2]) == ["baseline", "s2"]
+               for i in range(0, 12, 2))                    # every block has both configs
+    assert all(a["ended_at"] <= b["started_at"] for a, b in zip(got, got[1:]))
+    assert got == sorted(got, key=lambda r: r["started_at"])   # measured in the stored order
+    # the order is the seeded shuffle, so both configs lead some block (not one always first)
+    assert len({got[i]["config_name"] for i in range(0, 12, 2)}) == 2
+    for name in ("baseline", "s2"):
+        logs = list((tmp_path / "runs" / "inter" / name).glob("server-*.log"))
+        assert len(logs) == 1 and logs[0].read_text().count("specwatch: launching") == 1
+    assert sweep.interleave(s, sweep.plan(s, str(tmp_path / "none.duckdb"), False),
+                            s.workload.seed) == [(r["config_name"], sweep.RunKey(
+                                r["concurrency"], r["repeat_idx"])) for r in got]
+    assert leftovers(tmp_path) == []
+
+
 class RecordEnv(sweep.Progress):
     """Reads each server's CUDA_VISIBLE_DEVICES from /proc while it runs."""
 

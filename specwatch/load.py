@@ -326,7 +326,8 @@ def send(port, spec: RequestSpec, idx: int, is_warmup: bool, temperature: float,
     res.prompt_tokens = meta.get("prompt_tokens")
     res.spec_verify_ct = meta.get("spec_verify_ct")
     res.spec_accept_length = meta.get("spec_accept_length")
-    hist = meta.get("spec_accept_histogram")
+    # SGLang 0.5.12+ sends spec_correct_drafts_histogram, older versions spec_accept_histogram
+    hist = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
     res.spec_accept_histogram = hist if isinstance(hist, list) else None
     if res.output_tokens and res.output_tokens > 1 and res.ttft_ms is not None:
         res.tpot_ms = (res.e2e_ms - res.ttft_ms) / (res.output_tokens - 1)

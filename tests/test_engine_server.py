@@ -174,8 +174,8 @@ def test_generate_greedy_equals_decoder_greedy(server, greedy):
     ct = meta["spec_verify_ct"]
     assert 1 <= ct <= 39
     assert meta["spec_accept_length"] == pytest.approx(40 / ct)  # SGLang 0.5.4+ definition
-    hist = meta["spec_accept_histogram"]
-    assert len(hist) == STEPS + 1 and sum(hist) == ct
+    hist = meta["spec_correct_drafts_histogram"]  # SGLang 0.5.12+ name; grows to the largest count
+    assert len(hist) <= STEPS + 1 and hist[-1] > 0 and sum(hist) == ct
     drafts = sum(k * c for k, c in enumerate(hist))
     assert meta["spec_accept_rate"] == pytest.approx(drafts / (ct * STEPS))
     assert meta["e2e_latency"] > 0

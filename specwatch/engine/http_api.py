@@ -319,11 +319,16 @@ class Call:
             if fin is not None and fin.spec and ct > 0:
                 drafts = fin.spec["spec_accepted_drafts"]
                 proposed = ct * (self.engine.args.speculative_num_draft_tokens - 1)
+                # SGLang 0.5.23 TokenizerManager._calculate_spec_decoding_metrics' names; its
+                # histogram grows to the largest count seen (Req.update_spec_correct_drafts_histogram)
+                hist = list(fin.spec["spec_accept_histogram"])
+                while len(hist) > 1 and hist[-1] == 0:
+                    hist.pop()
                 meta.update({
                     "spec_accept_length": completion / ct,  # SGLang 0.5.4+: incl. prefill token
                     "spec_accept_rate": drafts / proposed if proposed else 0.0,
-                    "spec_accepted_drafts": drafts, "spec_proposed_drafts": proposed,
-                    "spec_accept_histogram": fin.spec["spec_accept_histogram"],
+                    "spec_num_correct_drafts": drafts, "spec_num_proposed_drafts": proposed,
+                    "spec_correct_drafts_histogram": hist,
                 })
         meta["e2e_latency"] = time.perf_counter() - self.t0
         return meta

@@ -32,7 +32,27 @@ def tokens(db) -> list[int]:
         return [r[0] for r in con.execute("SELECT kv_tokens FROM decode_windows ORDER BY 1").fetchall()]
 
 
+_started: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_tail_left_behind():
+    """Whatever a test asserts, no `specwatch tail` it started outlives it."""
+    yield
+    while _started:
+        p = _started.pop()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def tail_proc(db, log, *extra, stderr=subprocess.PIPE):
+    p = _popen_tail(db, log, *extra, stderr=stderr)
+    _started.append(p)
+    return p
+
+
+def _popen_tail(db, log, *extra, stderr=subprocess.PIPE):
     return subprocess.Popen([sys.executable, "-m", "specwatch.cli", "tail", str(log), "--db", str(db),
                              "--poll-interval", "0.05", "--quiet", *extra], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=stderr, text=True)
@@ -330,7 +350,12 @@ def test_second_signal_stops_a_tail_that_waits_for_a_held_database(tmp_path):
     ready = tmp_path / "held"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import duckdb, pathlib, time\n"
-        f"con = duckdb.connect({str(db)!r})\n"
+        "while True:\n"
+        "    try:\n"
+        f"        con = duckdb.connect({str(db)!r})\n"
+        "        break\n"
+        "    except duckdb.Error:\n"
+        "        time.sleep(0.01)   # the tail holds it for a burst\n"
         f"pathlib.Path({str(ready)!r}).touch()\n"
         "time.sleep(60)\n")])
     try:

@@ -64,6 +64,20 @@ def wait_for(cond, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+_started: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_tail_left_behind():
+    """Whatever a test asserts, no `specwatch tail` it started outlives it."""
+    yield
+    while _started:
+        p = _started.pop()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 class TailProc:
     """`specwatch tail` as a real process; its stderr on a pipe, or on a pseudo-terminal."""
 
@@ -79,6 +93,7 @@ class TailProc:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True)
         self.screen = ""
+        _started.append(self.proc)
 
     def read_tty(self, seconds=0.5) -> str:
         end = time.monotonic() + seconds

@@ -339,8 +339,8 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
                    offset_from=offset_from, offset_to=offset_to)
     finish(k, status, reason, {"started_at": started,
                                "server_accept_len": load.server_accept_len(info), **summary}, rr)
+    _event(events, "run_measured", out)        # stored first: a printed run is a kept run
     _event(events, "run_end", c.name, rr)
-    _event(events, "run_measured", out)
     if status == "failed" and (exit_code is not None or not answering):
         return reason
     return None

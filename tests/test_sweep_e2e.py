@@ -282,9 +282,49 @@ speculative_eagle_topk = 1
     for name in ("baseline", "s2"):
         logs = list((tmp_path / "runs" / "inter" / name).glob("server-*.log"))
         assert len(logs) == 1 and logs[0].read_text().count("specwatch: launching") == 1
+    # a Parquet file per run beside the database, readable by any DuckDB client
+    pq = duckdb.sql(f"""SELECT run_id, status, output_tok_s, len(requests) AS n,
+                               list_count(list_filter(requests, lambda r: NOT r.is_warmup)) AS m
+                        FROM read_parquet('{tmp_path / "runs"}/**/*.parquet')""").fetchall()
+    assert sorted((r[0], r[1], r[2], r[4]) for r in pq) == sorted(
+        (r["run_id"], r["status"], r["output_tok_s"], 4) for r in got)
+    assert sorted(r[3] for r in pq) == [4] * 10 + [6] * 2    # the first run keeps the warm-ups
     assert sweep.interleave(s, sweep.plan(s, str(tmp_path / "none.duckdb"), False),
                             s.workload.seed) == [(r["config_name"], sweep.RunKey(
                                 r["concurrency"], r["repeat_idx"])) for r in got]
+    assert leftovers(tmp_path) == []
+
+
+def test_driver_killed_loses_nothing_stored_and_resume_measures_the_rest(tmp_path):
+    """SIGKILL of run-sweep (no handler runs) after its first run was stored: that run is kept
+    as it was, the one in progress stays `running`, a re-run measures only what is missing."""
+    db = tmp_path / "s.duckdb"
+    s = make(tmp_path, "crash", conc="[1, 2]", n=16)
+    cmd = [sys.executable, "-m", "specwatch.cli", "run-sweep", str(tmp_path / "crash.toml"),
+           "--db", str(db), "--out-dir", str(tmp_path / "runs")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    for line in proc.stderr:
+        if "c=1 r=0 ok" in line:
+            proc.kill()
+            break
+    proc.wait(30)
+    before = {r["concurrency"]: r for r in rows(db, "SELECT * FROM runs")}
+    assert before[1]["status"] == "ok" and before[2]["status"] == "running"
+    n1 = rows(db, "SELECT count(*) AS n FROM requests WHERE run_id = ?",
+              [before[1]["run_id"]])[0]["n"]
+    assert [(c.name, keys) for c, keys in sweep.plan(s, str(db), False)] == [
+        ("baseline", [sweep.RunKey(2, 0)])]
+    end = time.monotonic() + 15                  # the server dies with its parent (watchdog)
+    while leftovers(tmp_path) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert leftovers(tmp_path) == []
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    after = {r["concurrency"]: r for r in rows(db, "SELECT * FROM runs")}
+    assert after[1] == before[1] and after[2]["status"] == "ok"
+    assert rows(db, "SELECT count(*) AS n FROM requests WHERE run_id = ?",
+                [before[1]["run_id"]])[0]["n"] == n1
     assert leftovers(tmp_path) == []
 
 

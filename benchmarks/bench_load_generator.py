@@ -1,6 +1,8 @@
 """The load generator's own overhead and timing error at concurrency 1-512 (issue 14).
 
-Drives `specwatch.load.run` (the code every sweep uses) against `fixed_delay_server.py`, whose
+Drives `specwatch.load.run` (the code every sweep uses), and side by side an asyncio + aiohttp
+client doing the same closed loop and the same measurement (the alternative issue 14 names),
+against `fixed_delay_server.py`, whose
 delays are known: the first token TTFT_MS after a request arrives, then one token every ITL_MS.
 So every number the client measures has a true value, and the difference is the load
 generator's error. The server reports how late it sent its own events (`srv_late_p99`), so a
@@ -47,12 +49,64 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def one(port: int, conc: int) -> dict:
+def run_aiohttp(port: int, specs, conc: int, timeout_s: float) -> load.LoadResult:
+    """The comparison arm: the same closed loop and the same measurement as load.send, on one
+    asyncio event loop with aiohttp (as SGLang's bench_serving)."""
+    import asyncio
+    import json
+
+    import aiohttp
+
+    async def send(session, sem, i, spec):
+        async with sem:
+            r = load.RequestResult(request_idx=i, is_warmup=False, success=False)
+            body = {"text": spec.prompt, "stream": True, "sampling_params": {
+                "max_new_tokens": spec.max_new_tokens, "temperature": 0.0, "ignore_eos": True}}
+            t0 = time.perf_counter()
+            r.started_mono = time.monotonic()
+            last_t, last_n, meta = None, 0, None
+            try:
+                async with session.post(f"http://127.0.0.1:{port}/generate", json=body) as resp:
+                    async for raw in resp.content:
+                        line = raw.strip()
+                        if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                            continue
+                        now = time.perf_counter()
+                        meta = json.loads(line[5:])["meta_info"]
+                        k = meta["completion_tokens"]
+                        if last_t is None:
+                            r.ttft_ms = (now - t0) * 1000
+                        else:
+                            r.itl_ms.extend([(now - last_t) * 1000 / (k - last_n)] * (k - last_n))
+                        last_t, last_n = now, k
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                r.error = repr(exc)
+            r.finished_mono = time.monotonic()
+            r.success = meta is not None and r.error is None
+            return r
+
+    async def main():
+        sem = asyncio.Semaphore(conc)
+        conn = aiohttp.TCPConnector(limit=conc)
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+            return await asyncio.gather(*[send(session, sem, i, sp) for i, sp in enumerate(specs)])
+
+    t0 = time.monotonic()
+    results = asyncio.run(main())
+    end = max(r.finished_mono for r in results)
+    return load.LoadResult(list(results), end - t0)
+
+
+def one(port: int, conc: int, client: str = "threads") -> dict:
     n = max(2 * conc, 32)
     specs = [load.RequestSpec(f"request {i}", TOKENS) for i in range(n)]
     load.flush_cache(port)
     c0 = cpu_s()
-    res = load.run(port, specs, conc, 0.0, 0, timeout_s=120.0)
+    if client == "aiohttp":
+        res = run_aiohttp(port, specs, conc, 120.0)
+    else:
+        res = load.run(port, specs, conc, 0.0, 0, timeout_s=120.0)
     cpu = cpu_s() - c0
     ok = [r for r in res.results if r.success]
     srv = load.server_info(port, timeout_s=60.0) or {}
@@ -73,7 +127,7 @@ def one(port: int, conc: int) -> dict:
     per_req = (TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000
     ideal = math.ceil(n / conc) * per_req
     p = load.percentile
-    return {"conc": conc, "requests": n,
+    return {"client": client, "conc": conc, "requests": n,
             "ttft_err_p50": p(ttft, 50), "ttft_err_p99": p(ttft, 99),
             "itl_err_p50": p(itl, 50), "itl_err_p99": p(itl, 99),
             "srv_late_p99": srv.get("lateness_ms_p99"),
@@ -87,7 +141,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--conc", default="1,8,64,256,512")
     ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("--clients", default="threads,aiohttp",
+                    help="threads = specwatch.load.run; aiohttp = the asyncio comparison arm")
     args = ap.parse_args()
+    clients = args.clients.split(",")
+    if "aiohttp" in clients:
+        try:
+            import aiohttp  # noqa: F401
+        except ImportError:
+            print("# aiohttp not installed: the comparison arm is skipped (pip install aiohttp)")
+            clients.remove("aiohttp")
     port = launch.free_port()
     srv = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "fixed_delay_server.py"),
                             "--port", str(port), "--ttft-ms", str(TTFT_MS), "--itl-ms",
@@ -98,14 +161,18 @@ def main() -> int:
             if time.monotonic() > deadline or srv.poll() is not None:
                 raise SystemExit("fixed-delay server did not start")
             time.sleep(0.1)
-        rows = [one(port, int(c)) for c in args.conc.split(",")]
+        rows = []
+        for c in args.conc.split(","):      # the two clients side by side, per concurrency
+            for client in clients:
+                rows.append(one(port, int(c), client))
     finally:
         srv.terminate()
         srv.wait(10)
     cols = list(rows[0])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
-    lines = [f"# bench_load_generator: threads over http.client (specwatch.load.run)",
+    lines = [f"# bench_load_generator: threads over http.client (specwatch.load.run) vs asyncio + "
+             f"aiohttp, side by side; load average {os.getloadavg()[0]:.1f} at the end",
              f"# commit {commit}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"{platform.machine()} {os.cpu_count()} cores (shared, busy), python "
              f"{platform.python_version()}; no weights (fixed-delay server: TTFT {TTFT_MS:.0f} "

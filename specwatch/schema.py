@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 def _t(sql: str):

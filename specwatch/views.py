@@ -69,7 +69,8 @@ WITH scoped AS (
          c.tp_size AS cfg_tp_size, c.dp_size AS cfg_dp_size,
          c.decode_log_interval AS cfg_decode_log_interval, c.sglang_version AS cfg_sglang_version,
          c.disable_cuda_graph AS cfg_disable_cuda_graph
-  FROM scoped s ASOF LEFT JOIN server_configs c
+  FROM scoped s ASOF LEFT JOIN (
+    SELECT * FROM server_configs WHERE coalesce(config_kind, 'server_args') = 'server_args') c
     ON s.source_id = c.source_id AND s.byte_offset >= c.byte_offset
 )
 SELECT *,
@@ -149,6 +150,25 @@ WITH kept AS (
    AND (rs.offset_to IS NULL OR t.byte_offset < rs.offset_to)
   WHERE t.avg_generation_throughput_tok_s > 0
   GROUP BY rs.run_id
+), vcfg AS (
+  -- vLLM's effective config: its engine-config and `non-default args` lines in the run's byte
+  -- range (parse.derived_columns), each column's latest printed value
+  SELECT rs.run_id,
+    arg_max(c.model_path, c.byte_offset) FILTER (WHERE c.model_path IS NOT NULL) AS model_path,
+    arg_max(c.draft_model_path, c.byte_offset) FILTER (WHERE c.draft_model_path IS NOT NULL)
+      AS draft_model_path,
+    arg_max(c.speculative_algorithm, c.byte_offset)
+      FILTER (WHERE c.speculative_algorithm IS NOT NULL) AS speculative_algorithm,
+    arg_max(c.speculative_num_steps, c.byte_offset)
+      FILTER (WHERE c.speculative_num_steps IS NOT NULL) AS speculative_num_steps,
+    arg_max(c.tp_size, c.byte_offset) FILTER (WHERE c.tp_size IS NOT NULL) AS tp_size,
+    arg_max(c.dp_size, c.byte_offset) FILTER (WHERE c.dp_size IS NOT NULL) AS dp_size,
+    arg_max(c.pp_size, c.byte_offset) FILTER (WHERE c.pp_size IS NOT NULL) AS pp_size
+  FROM server_configs c JOIN run_sources rs
+    ON c.source_id = rs.source_id AND c.byte_offset >= rs.offset_from
+   AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
+  WHERE c.config_kind IN ('vllm_engine_config', 'vllm_args')
+  GROUP BY rs.run_id
 ), req AS (
   -- request-weighted accept length: the mean over measured requests of each one's own
   -- output tokens / verify steps (short or easy requests count as much as long ones)
@@ -161,18 +181,21 @@ WITH kept AS (
     r.run_id, r.run_name, r.origin, r.sweep_name, r.config_name, r.engine, r.concurrency,
     r.repeat_idx, r.status, r.failure_reason, r.created_at,
     p.config_source_id, p.config_offset,
-    coalesce(c.model_path, r.model_path) AS model_path,
-    coalesce(c.draft_model_path, r.draft_model_path) AS draft_model_path,
+    coalesce(c.model_path, vc.model_path, r.model_path) AS model_path,
+    coalesce(c.draft_model_path, vc.draft_model_path, r.draft_model_path) AS draft_model_path,
     CASE WHEN p.config_offset IS NOT NULL THEN c.speculative_algorithm
-         WHEN vl.run_id IS NOT NULL THEN coalesce(r.speculative_algorithm, 'vllm (unknown method)')
-         ELSE r.speculative_algorithm END AS speculative_algorithm,
-    coalesce(c.speculative_num_steps, r.speculative_num_steps) AS speculative_num_steps,
+         WHEN vl.run_id IS NOT NULL THEN coalesce(vc.speculative_algorithm, r.speculative_algorithm,
+                                                  'vllm (unknown method)')
+         ELSE coalesce(vc.speculative_algorithm, r.speculative_algorithm) END
+      AS speculative_algorithm,
+    coalesce(c.speculative_num_steps, vc.speculative_num_steps, r.speculative_num_steps)
+      AS speculative_num_steps,
     coalesce(c.speculative_eagle_topk, r.speculative_eagle_topk) AS speculative_eagle_topk,
     coalesce(c.speculative_num_draft_tokens, r.speculative_num_draft_tokens)
       AS speculative_num_draft_tokens,
-    coalesce(c.tp_size, r.tp_size) AS tp_size,
-    coalesce(c.dp_size, r.dp_size) AS dp_size,
-    c.pp_size AS pp_size,
+    coalesce(c.tp_size, vc.tp_size, r.tp_size) AS tp_size,
+    coalesce(c.dp_size, vc.dp_size, r.dp_size) AS dp_size,
+    coalesce(c.pp_size, vc.pp_size) AS pp_size,
     r.sampling_fingerprint, r.node_hostname,
     c.sglang_version AS sglang_version,
     r.aux_layer_ids,
@@ -190,6 +213,7 @@ WITH kept AS (
   -- the config each group of windows ran under (the server_args line they were ASOF-joined to)
   LEFT JOIN server_configs c ON c.source_id = p.config_source_id AND c.byte_offset = p.config_offset
   LEFT JOIN vllm vl ON vl.run_id = r.run_id LEFT JOIN vllm_tput vt ON vt.run_id = r.run_id
+  LEFT JOIN vcfg vc ON vc.run_id = r.run_id
   LEFT JOIN req ON req.run_id = r.run_id
 ), grouped AS (
   SELECT *,

@@ -428,3 +428,18 @@ def test_cri_partial_lines_and_ray_dedup_suffix():
     assert len(out) == 1 and out[0].result.fields == parse.parse_line(DEC).fields
     ray = parse.parse_line("(SGLangEngine pid=41820) " + DEC + " [repeated 3x across cluster]")
     assert ray.kind == "sglang_decode" and ray.fields["queue_req"] == 0
+
+
+def test_vllm_runs_get_their_method_from_the_config_lines(tmp_path):
+    """config_summary of an ingested vLLM log names the method, K and TP from its engine-config
+    and non-default-args lines instead of 'vllm (unknown method)'."""
+    from specwatch import ingest, store
+    db = tmp_path / "v.duckdb"
+    ingest.ingest_paths(db, [str(ROOT / "sample_logs" / "vllm-0.26-dynamic-depth-k8s.log"),
+                             str(ROOT / "sample_logs" / "vllm-0.11-eagle3.log")])
+    with store.reader(db) as con:
+        rows = dict(con.execute(
+            "SELECT run_name, (speculative_algorithm, speculative_num_steps, tp_size, model_path) "
+            "FROM run_metrics").fetchall())
+    assert rows["vllm-0.26-dynamic-depth-k8s.log"] == ("eagle3", 5, 2, "/models/Qwen3-8B")
+    assert rows["vllm-0.11-eagle3.log"][:2] == ("eagle3", 3)  # from its non-default args line

@@ -41,6 +41,7 @@ from __future__ import annotations
 import random
 import signal
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -323,7 +324,9 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
 
     def finished(res: ConfigResult) -> None:
         # what the local executors stored run by run is not stored again
+        t0 = time.monotonic()
         writer.store_result(db, res, out_dir, skip=drv.already_stored(res.config))
+        res.store_s = time.monotonic() - t0
         outcomes.append(res)
 
     used: set[int] = set()
@@ -357,6 +360,14 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
                                     drv))
     else:
         _run_on_gpus(list(jobs.values()), gpus, db, stop, drv, finished, outcomes)
+    if stop.is_set():
+        # Configs a stop reached before they started: their rows were marked running up front.
+        seen = {o.config for o in outcomes}
+        never = [job for name, job in jobs.items() if name not in seen]
+        if never:
+            writer.store_rows(db, [{**base_row(job, k, i), "status": "interrupted",
+                                    "failure_reason": "interrupted before this config started"}
+                                   for job in never for i, k in enumerate(job.runs)])
     progress.sweep_end()
     return SweepResult(sweep.name, outcomes, list(sweep.skipped), up_to_date, stop.is_set())
 

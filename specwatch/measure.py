@@ -100,6 +100,7 @@ class ConfigResult:
     dispatch_s: float | None = None  # Ray: submit -> result back, minus the task's own total_s
     dispatch_start_s: float | None = None  # ... of which submit -> the task began (same host)
     started_wall: float | None = None      # time.time() when measuring began
+    store_s: float | None = None    # the driver's final writer.store_result for this config
     stop_s: float | None = None     # SIGTERM -> group gone
     total_s: float = 0.0
     stop_clean: bool | None = None

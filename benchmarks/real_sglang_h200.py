@@ -260,7 +260,7 @@ def _analyse(db: Path, sweep_file: Path, predict, miss_mod: int | None) -> dict:
                            spec_accept_histogram FROM requests
                     WHERE run_id = ? AND success AND NOT is_warmup ORDER BY request_idx""", rid)
         exact = total = 0
-        chain = "k1" in cfg
+        chain = "k1" in cfg and predict is not None
         for idx, out_tok, vct, al, hist in reqs:
             total += 1
             if not chain or vct is None or hist is None:
@@ -368,6 +368,8 @@ def save(report: dict, out: Path, t_start: float) -> None:
           f"commit {report['commit']}{' (dirty)' if report['dirty'] else ''}; "
           f"SGLang {report['sglang']}; {report['device']}; weights {report['weights']}", ""]
     for name, ph in report["phases"].items():
+        if not isinstance(ph, dict):
+            ph = {"value": ph}
         md.append(f"## {name}")
         if "runs" in ph:
             md.append(table(ph["runs"], ["config", "concurrency", "repeat", "status",

@@ -344,7 +344,10 @@ def test_fuzzed_real_lines_never_raise_and_stay_in_range():
         got = parse.parse_line(t)
         assert got is None or isinstance(got, (parse.Record, parse.Rejected))
         if isinstance(got, parse.Record):
-            assert _typed_ok(got.fields), (t, got.fields)
+            # metric values are range-checked by the parser; a config's raw args may hold any
+            # Python literal (stored as JSON), the store checks its typed columns (rows.py)
+            if got.kind in parse.METRIC_KINDS:
+                assert _typed_ok(got.fields), (t, got.fields)
             parse.derived_columns(got)
     n = sum(1 for _ in reassemble.reassemble(_lines(lines)))
     assert n > 1000

@@ -332,7 +332,15 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
     used: set[int] = set()
     if executor == "ray":
         from specwatch import ray_executor
-        ray_executor.run(list(jobs.values()), db, out_dir, ray_address, stop, progress, finished)
+        try:
+            ray_executor.run(list(jobs.values()), db, out_dir, ray_address, stop, progress,
+                             finished)
+        except ray_executor.RayUnavailable as exc:
+            # nothing ran: the rows marked running go back to what resume measures again
+            writer.store_rows(db, [{**base_row(j, k, i), "status": "failed", "failure_reason":
+                                    str(exc)} for j in jobs.values()
+                                   for i, k in enumerate(j.runs)])
+            raise SweepError(str(exc)) from None
     elif attach is not None:
         for name, job in jobs.items():
             if stop.is_set():

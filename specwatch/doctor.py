@@ -15,6 +15,7 @@ Codes (severity):
   accept_rate_not_comparable (info) the printed accept rate uses an older SGLang definition.
   dp_ranks_disagree, cuda_graph_off, queue_growing, kv_pressure_retractions,
   first_window_contaminated (warning).
+  config_failed (error)            the server died before it was ready: its real cause, its log, a hint.
 
 Not a tuner: it says what is wrong and where to look, not which config is best (see `report`).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
@@ -111,6 +113,7 @@ class _Ctx:
     retracts: dict = field(default_factory=dict)    # run_id -> [event dicts]
     hist: dict = field(default_factory=dict)        # run_id -> (summed histogram, request refs)
     paths: dict = field(default_factory=dict)       # source_id -> path
+    logs: dict = field(default_factory=dict)        # run_id -> [server log paths]
     launched: dict = field(default_factory=dict)    # run_id -> runs row (what a sweep launched)
 
 
@@ -164,6 +167,10 @@ def _load(db, run: str | None) -> _Ctx:
             h[0][i] += n or 0
         h[1].append(q["request_idx"])
     ctx.paths = {s["source_id"]: s["path"] for s in _rows(db, "SELECT source_id, path FROM sources")}
+    for r in _rows(db, f"""SELECT DISTINCT rs.run_id, s.path FROM run_sources rs
+                          JOIN sources s USING (source_id) WHERE rs.run_id IN ({marks})
+                          ORDER BY s.path""", ids):
+        ctx.logs.setdefault(r["run_id"], []).append(r["path"])
     ctx.launched = {r["run_id"]: r for r in _rows(
         db, f"SELECT run_id, model_path, draft_model_path FROM runs WHERE run_id IN ({marks})", ids)}
     return ctx
@@ -642,6 +649,45 @@ def _probe(ctx: _Ctx, row: dict, cache: dict):
     return cache[key]
 
 
+# Known causes of a server that died before it was ready -> what to do (first match wins).
+FAILURE_HINTS = (
+    (re.compile(r"No module named '([\w.]+)'"),
+     "the launch interpreter's environment lacks the Python module {0}: install it there (the "
+     "interpreter of launch_command), or pick flags whose code paths do not import it"),
+    (re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory", re.I),
+     "the GPU ran out of memory: lower --mem-fraction-static or --max-running-requests, shorten "
+     "--context-length, or give the config more GPUs (tp_size)"),
+    (re.compile(r"NCCL", re.I),
+     "an NCCL (multi-GPU communication) error: check that the config's GPUs are free and see "
+     "each other (run with NCCL_DEBUG=INFO), and that no other server holds its ports"),
+    (re.compile(r"unrecognized arguments|ambiguous option|invalid choice|error: argument"),
+     "SGLang's parser rejected a flag: fix it in server_flags (run-sweep checks flags before "
+     "launching for engine = \"sglang\"; `python -m sglang.launch_server --help` lists them)"),
+    (re.compile(r"Address already in use|port .* (in use|not free)", re.I),
+     "a port was taken: stop the process holding it, or let specwatch pick ports (no `port`)"),
+)
+
+
+def failure_hint(reason: str | None) -> str:
+    for pat, text in FAILURE_HINTS:
+        m = pat.search(reason or "")
+        if m:
+            return text.format(*m.groups())
+    return "read the server log named here: its last exception says why it died"
+
+
+def check_failed(ctx: _Ctx, row: dict) -> list[Finding]:
+    """A config whose server died (or never got ready): its real cause, its log, and a hint."""
+    reason = row.get("failure_reason")
+    logs = ctx.logs.get(row["run_id"], [])
+    refs = tuple(Ref("sources", p, note="server log") for p in logs) + _config_ref(ctx, row)
+    nums = {"status": row.get("status"), "failure_reason": reason, "server_logs": logs or None}
+    return [Finding(row["run_id"], row["run_name"], "config_failed", "error",
+                    f"config {row.get('config_name') or row['run_name']} failed: "
+                    f"{reason or 'no cause recorded'}",
+                    Evidence(nums, refs), failure_hint(reason), row.get("config_offset"))]
+
+
 def is_speculative(row: dict) -> bool:
     return row.get("speculative_algorithm") is not None
 
@@ -651,6 +697,10 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
     ctx = _load(db, run)
     findings, checked, cache = [], [], {}
     for row in ctx.scope:
+        if row.get("status") == "failed":
+            checked.append(row)
+            findings += check_failed(ctx, row)
+            continue
         if not is_speculative(row) or row.get("status") not in (None, "ok"):
             continue
         checked.append(row)

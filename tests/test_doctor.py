@@ -455,3 +455,32 @@ def test_unknown_architecture_lists_the_rules_instead_of_guessing(db, tmp_path):
     assert "has no verified SGLang rule" in near1
     assert "[embedding, layer 2, layer 30]" in near1          # the Llama-family reading
     assert "[nothing, layer 1, layer 29]" in near1            # the DeepseekV2/V3 reading
+
+
+@pytest.mark.parametrize("reason, hint", [
+    ("ModuleNotFoundError: No module named 'vllm'", "lacks the Python module vllm"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+     "lower --mem-fraction-static"),
+    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error",
+     "NCCL_DEBUG=INFO"),
+    ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+     "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill", "fix it in server_flags"),
+    ("server exited with code 1", "read the server log"),
+])
+def test_failed_configs_are_reported_with_cause_log_and_hint(db, tmp_path, reason, hint):
+    log = tmp_path / "server.log"
+    _write(log, [SPEC_ARGS, f"[2026-11-04 10:00:05] {reason}"])
+    _ingest(db, log, "dead", run_name="dead", config_name="chain", status="failed",
+            failure_reason=reason, origin="sweep", sweep_name="sw", engine="sglang",
+            speculative_algorithm="EAGLE3")
+    findings, checked = doctor.diagnose(db)
+    (f,) = [f for f in findings if f.run == "dead"]
+    assert f.code == "config_failed" and f.severity == "error"
+    assert f.title == f"config chain failed: {reason}"
+    assert hint in f.suggestion
+    assert f.evidence.numbers["failure_reason"] == reason
+    assert str(log) in [r.file for r in f.evidence.rows]
+    assert "dead" in [r["run_name"] for r in checked]
+    out = io.StringIO()
+    assert doctor.main(db=db, out=out) == 1
+    assert f"config_failed: config chain failed: {reason}" in out.getvalue()

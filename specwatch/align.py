@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from kernels.aux_stats import aux_stats_reference
+from specwatch import aux_layers
 
 # A segment whose best cosine is below this matches no layer well (e.g. a capture of another model,
 # or of other tokens); its suggestion is withheld. Same-token layer outputs of a trained model sit at
@@ -83,6 +84,7 @@ class AlignResult:
     offsets: list[int | None] | None      # captured - configured, per segment
     suggested_ids: list[int] | None       # SGLang ids that capture these layers (None if unsure)
     problems: list[str]
+    rule: str = aux_layers.PLUS_ONE       # the target's SGLang capture rule (aux_layers)
 
     @property
     def matches_config(self) -> bool | None:
@@ -158,7 +160,8 @@ def configured_ids_from(meta: dict[str, str], path) -> list[int] | None:
 
 
 def align(layers: torch.Tensor, aux: torch.Tensor, configured_ids: list[int] | None = None,
-          dump_path: str = "<dump>", capture_path: str = "<capture>") -> AlignResult:
+          dump_path: str = "<dump>", capture_path: str = "<capture>",
+          rule: str = aux_layers.PLUS_ONE) -> AlignResult:
     """Match each segment of aux [T, C*d] to one of layers [T, L+1, d] (columns = layers -1..L-1)."""
     if aux.dim() != 2:
         raise AlignError(f"{capture_path}: tensor aux has shape {tuple(aux.shape)}; expected [T, C*d]")
@@ -209,16 +212,22 @@ def align(layers: torch.Tensor, aux: torch.Tensor, configured_ids: list[int] | N
             problems.append(f"configured ids {configured_ids} name {len(configured_ids)} layers but "
                             f"the capture has {n_seg} segments")
         else:
-            offsets = [None if layer is None else layer - i for layer, i in zip(captured, configured_ids)]
+            # what the configured ids should deliver under the target's rule (PLUS_ONE: id k ->
+            # output of layer k); an id that captures nothing has no offset
+            expected = aux_layers.captured_outputs(rule, configured_ids, num_layers)
+            offsets = [None if layer is None or e is None else layer - e
+                       for layer, e in zip(captured, expected)]
     suggested = None
     if all(s.confirmed for s in segments):
-        suggested = list(captured)
-        if num_layers - 1 in suggested:
-            problems.append(f"segment(s) match layer {num_layers - 1}, the last layer's output: no "
-                            f"SGLang id captures it (ids stop at {num_layers - 2})")
+        # ids that capture these layer outputs under the target's SGLang rule (aux_layers)
+        suggested = aux_layers.ids_for_outputs(rule, list(captured), num_layers)
+        if suggested is None:
+            problems.append(f"segments match layers {captured}: no list of SGLang ids captures "
+                            f"them under '{aux_layers.RULE_TEXT[rule]}' (e.g. the last layer's "
+                            f"output, layer {num_layers - 1}, on a Llama-family target)")
     return AlignResult(str(dump_path), str(capture_path), tokens, d, num_layers,
                        [float(x) for x in prof], segments, [[float(x) for x in row] for row in cos],
-                       configured_ids, captured, offsets, suggested, problems)
+                       configured_ids, captured, offsets, suggested, problems, rule)
 
 
 def align_files(dump_path, capture_path, configured_ids: list[int] | None = None) -> AlignResult:
@@ -264,7 +273,7 @@ def render_text(res: AlignResult) -> str:
                      f"offset per id {res.offsets}")
     if res.suggested_ids is not None:
         lines.append(f"eagle_aux_hidden_state_layer_ids that capture these layers in SGLang "
-                     f"(id k = output of layer k = input of layer k+1): {res.suggested_ids}")
+                     f"({aux_layers.RULE_TEXT[res.rule]}): {res.suggested_ids}")
         if res.matches_config is False:
             lines.append(f"MISMATCH: the capture is not what ids {res.configured_ids} should deliver. "
                          f"If this capture is what the draft was trained on, set "

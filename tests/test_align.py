@@ -144,3 +144,22 @@ def test_probe_finds_the_ids_the_builtin_draft_was_trained_on():
     assert shifted.capture_check.captured_layers == [-1, 1, 3]   # the engine captured what it was told
     right = align.probe_draft_ids(models_dir() / "target", d, [1, 3, 5])
     assert right.best_ids == [1, 3, 5] and right.served_agreement == right.best_agreement
+
+
+def test_suggested_ids_follow_the_targets_sglang_rule(tmp_path):
+    """Same capture (outputs of layers 1, 3, 5): a Llama-family target wants ids [1, 3, 5]; a
+    DeepseekV3-family one (index = id unless the first id is 1) wants [2, 4, 6]; there, configured
+    [2, 4, 6] matches and [-1, 2, 4] does not (-1 captures nothing: no offset for it)."""
+    from specwatch import aux_layers
+    layers = _stack()
+    f = _save(tmp_path / "cap.safetensors", layers, [1, 3, 5])
+    aux = align.load_tensors(f)[0]["aux"]
+    stack = align.layer_stack(align.load_tensors(f)[0], f)
+    llama = align.align(stack, aux, [1, 3, 5], rule=aux_layers.PLUS_ONE)
+    assert llama.suggested_ids == [1, 3, 5] and llama.matches_config is True
+    ds_rule = aux_layers.rule("DeepseekV3ForCausalLM")
+    ds = align.align(stack, aux, [2, 4, 6], rule=ds_rule)
+    assert ds.suggested_ids == [2, 4, 6] and ds.matches_config is True
+    assert "only when the first id is 1" in align.render_text(ds)
+    wrong = align.align(stack, aux, [-1, 2, 4], rule=ds_rule)
+    assert wrong.offsets == [None, 2, 2] and wrong.matches_config is None

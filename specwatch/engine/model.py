@@ -136,7 +136,8 @@ def capture_layers(aux_layer_ids, num_layers: int, where: str = "aux ids") -> li
             f"[-1, {num_layers - 2}] for a {num_layers}-layer target (id k captures the input of "
             f"layer k+1; -1 = embedding output); fix eagle_aux_hidden_state_layer_ids"
         )
-    return [i + 1 for i in aux_layer_ids]
+    from specwatch import aux_layers  # the one rule; the built-in target is a Llama-family model
+    return aux_layers.capture_indices(aux_layers.PLUS_ONE, list(aux_layer_ids), num_layers)
 
 
 # ----------------------------------------------------------------------------- building blocks

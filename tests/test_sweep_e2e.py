@@ -235,7 +235,7 @@ def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path, sig):
     """Ctrl-C, SIGTERM (a scheduler's kill) and SIGHUP (the terminal went away) all stop the
     sweep the same way: what was measured is kept, nothing is left `running`, no server."""
     db = tmp_path / "s.duckdb"
-    make(tmp_path, "ctrlc", conc="[1, 2]", n=16)    # the second run lasts long enough to cut
+    make(tmp_path, "ctrlc", conc="[1, 2]", n=48)    # the second run lasts long enough to cut
     proc = subprocess.Popen(
         [sys.executable, "-m", "specwatch.cli", "run-sweep", str(tmp_path / "ctrlc.toml"),
          "--db", str(db), "--out-dir", str(tmp_path / "runs")],
@@ -249,7 +249,8 @@ def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path, sig):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, "".join(lines) + err
     got = {r["concurrency"]: r["status"] for r in rows(db, "SELECT * FROM runs")}
-    assert got[1] == "ok" and got[2] == "interrupted"
+    assert got[1] == "ok" and got[2] == "interrupted", rows(
+        db, "SELECT concurrency, status, failure_reason FROM runs")
     assert signal.Signals(sig).name in "".join(lines) + err     # said what stopped it
     # the verdict table is still printed (baseline row at c=1)
     assert any(ln.split()[:2] == ["baseline", "1"] for ln in out.splitlines()), out

@@ -106,19 +106,34 @@ static int parse_int(const char *s, Py_ssize_t n, int64_t *out) {
 static int fits_i32(int64_t v) { return v >= -2147483647LL && v <= 2147483647LL; }
 
 /* plain decimal: [+-]?digits(.digits)? (no exponent, so always finite); `need_dot` for values
- * whose digits-only form Python reads as an int */
+ * whose digits-only form Python reads as an int. Up to 15 digits and 22 decimals the value is one
+ * exact division (Clinger's fast path: the correctly rounded result, as strtod and Python give);
+ * longer ones go through strtod. */
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
 static int parse_float(const char *s, Py_ssize_t n, double *out, int need_dot) {
     if (n <= 0 || n > 30) return 0;
-    char buf[32];
-    int dot = 0, digits = 0;
+    int dot = 0, digits = 0, frac = 0, neg = 0;
+    uint64_t m = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         char c = s[i];
-        if (c >= '0' && c <= '9') digits++;
+        if (c >= '0' && c <= '9') {
+            digits++;
+            frac += dot;
+            if (digits <= 19) m = m * 10 + (uint64_t)(c - '0');
+        }
         else if (c == '.' && !dot && digits) dot = 1;
-        else if ((c == '-' || c == '+') && i == 0) ;
+        else if ((c == '-' || c == '+') && i == 0) neg = c == '-';
         else return 0;
     }
     if (!digits || s[n - 1] == '.' || (need_dot && !dot)) return 0;
+    if (digits <= 15 && frac <= 22) {
+        double v = (double)m / POW10[frac];
+        *out = neg ? -v : v;
+        return 1;
+    }
+    char buf[32];
     memcpy(buf, s, n);
     buf[n] = 0;
     *out = strtod(buf, NULL);
@@ -164,6 +179,9 @@ static int repr_double(double v, char *out, int cap) {
     memcpy(out, tmp, o);
     return o;
 }
+
+/* the fragment's key equals a literal (constant length: compiled to a few compares) */
+#define KEQ(lit) (klen == (Py_ssize_t)sizeof(lit) - 1 && memcmp(frag, lit, sizeof(lit) - 1) == 0)
 
 static int span_eq(const char *s, Py_ssize_t n, const char *lit) {
     size_t m = strlen(lit);
@@ -451,9 +469,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         }
         while (ok) {
             const char *frag = L + p;
-            const char *sep = memmem(frag, end - p, ", ", 2);
+            /* one pass: the first ": " (key end) and the first ", " (fragment end) */
+            const char *colon = NULL, *sep = NULL;
+            for (const char *q = frag, *qe = L + end - 1; q < qe; q++) {
+                if (q[1] != ' ') continue;
+                if (*q == ',') { sep = q; break; }
+                if (*q == ':' && !colon) colon = q;
+            }
             Py_ssize_t flen = sep ? sep - frag : end - p;
-            const char *colon = memmem(frag, flen, ": ", 2);
             if (!colon) { ok = 0; break; } /* includes an empty fragment (", , ") */
             Py_ssize_t klen = colon - frag;
             const char *v = colon + 2;
@@ -464,26 +487,26 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             double fv;
             int slot = -1, fslot = -1, isbool = 0, is32 = 0;
             if (kind == 1) {
-                if (span_eq(frag, klen, "#running-req")) { slot = 0; is32 = 1; }
-                else if (span_eq(frag, klen, "#token")) slot = 1;
-                else if (span_eq(frag, klen, "#queue-req")) { slot = 2; is32 = 1; }
-                else if (span_eq(frag, klen, "token usage")) fslot = 0;
-                else if (span_eq(frag, klen, "accept len")) fslot = 1;
-                else if (span_eq(frag, klen, "accept rate")) fslot = 2;
-                else if (span_eq(frag, klen, "gen throughput (token/s)")) fslot = 3;
+                if (KEQ("#running-req")) { slot = 0; is32 = 1; }
+                else if (KEQ("#token")) slot = 1;
+                else if (KEQ("#queue-req")) { slot = 2; is32 = 1; }
+                else if (KEQ("token usage")) fslot = 0;
+                else if (KEQ("accept len")) fslot = 1;
+                else if (KEQ("accept rate")) fslot = 2;
+                else if (KEQ("gen throughput (token/s)")) fslot = 3;
             } else {
-                if (span_eq(frag, klen, "#new-seq")) { slot = 0; is32 = 1; }
-                else if (span_eq(frag, klen, "#new-token")) slot = 1;
-                else if (span_eq(frag, klen, "#cached-token")) slot = 2;
-                else if (span_eq(frag, klen, "#running-req")) { slot = 3; is32 = 1; }
-                else if (span_eq(frag, klen, "#queue-req")) { slot = 4; is32 = 1; }
-                else if (span_eq(frag, klen, "token usage")) fslot = 0;
-                else if (span_eq(frag, klen, "input throughput (token/s)")) fslot = 1;
+                if (KEQ("#new-seq")) { slot = 0; is32 = 1; }
+                else if (KEQ("#new-token")) slot = 1;
+                else if (KEQ("#cached-token")) slot = 2;
+                else if (KEQ("#running-req")) { slot = 3; is32 = 1; }
+                else if (KEQ("#queue-req")) { slot = 4; is32 = 1; }
+                else if (KEQ("token usage")) fslot = 0;
+                else if (KEQ("input throughput (token/s)")) fslot = 1;
             }
-            if (span_eq(frag, klen, "cuda graph")) { isbool = 1; dev = 0; }
-            else if (span_eq(frag, klen, "cpu graph")) { isbool = 1; dev = 1; }
-            else if (span_eq(frag, klen, "npu graph")) { isbool = 1; dev = 2; }
-            else if (span_eq(frag, klen, "musa graph")) { isbool = 1; dev = 3; }
+            if (KEQ("cuda graph")) { isbool = 1; dev = 0; }
+            else if (KEQ("cpu graph")) { isbool = 1; dev = 1; }
+            else if (KEQ("npu graph")) { isbool = 1; dev = 2; }
+            else if (KEQ("musa graph")) { isbool = 1; dev = 3; }
             if (slot >= 0) {
                 if (ints[slot] != NULL_I64 || !parse_int(v, vlen, &iv) || (is32 && !fits_i32(iv))) {
                     ok = 0; break;
@@ -494,10 +517,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 flts[fslot] = fv;
             } else if (isbool) {
                 if (graph != -1) { ok = 0; break; }
-                if (span_eq(v, vlen, "True")) graph = 1;
-                else if (span_eq(v, vlen, "False")) graph = 0;
+                if (vlen == 4 && memcmp(v, "True", 4) == 0) graph = 1;
+                else if (vlen == 5 && memcmp(v, "False", 5) == 0) graph = 0;
                 else { ok = 0; break; }
-            } else if (kind == 2 && span_eq(frag, klen, "cache hit rate")) {
+            } else if (kind == 2 && KEQ("cache hit rate")) {
                 if (vlen < 2 || v[vlen - 1] != '%' || !parse_float(v, vlen - 1, &fv, 0) || !isnan(flts[2])) {
                     ok = 0; break;
                 }
@@ -522,6 +545,20 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             if (kind == 2 && (ints[0] == NULL_I64 || ints[1] == NULL_I64 || ints[4] == NULL_I64)) ok = 0;
         }
         if (ok && nextra && !jput(J, "}", 1)) ok = 0;
+        /* A record is only complete when the next line cannot continue it (reassemble.py holds
+         * every record for one line): take it only when the next line starts a record of its
+         * own (`[YYYY-MM-DD ` / `[YYYY-MM-DDT`, a strict part of STARTS_RECORD) or is empty. The
+         * last line of the buffer goes to Python, which holds it until the next chunk. */
+        if (ok) {
+            if (pos >= n) ok = 0;
+            else if (s[pos] != '\n') {
+                const char *q = s + pos;
+                ok = n - pos >= 12 && q[0] == '[' && q[5] == '-' && q[8] == '-' &&
+                     (q[11] == ' ' || q[11] == 'T');
+                for (int k = 1; ok && k <= 10; k++)
+                    if (k != 5 && k != 8 && (q[k] < '0' || q[k] > '9')) ok = 0;
+            }
+        }
         if (ok && (!jput(&T->str[S_TS], L + 1, ts_len) || !jput(&T->str[S_RANK], L + rank_start, rank_len)))
             ok = 0;
         if (!ok) {

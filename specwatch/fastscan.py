@@ -9,7 +9,6 @@ assumes, `available()` is False and ingest uses `parse` for everything.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,33 +174,8 @@ def _scan_one(data, base_offset: int, base_line: int) -> ScanResult:
                       fbad, nbad, fbin, nbin, nlines)
 
 
-def scan(data, base_offset: int, base_line: int, workers: int = 1,
-         min_split_bytes: int = 4 << 20) -> ScanResult:
+def scan(data, base_offset: int, base_line: int) -> ScanResult:
     """Scan `data` (complete lines, ending with a newline) starting at file offset `base_offset`,
-    after `base_line` lines. With `workers` > 1, a large buffer is split at line boundaries and
-    scanned on that many threads (the C scanner releases the GIL); results join in file order."""
-    if workers <= 1 or len(data) < min_split_bytes:
-        return _scan_one(data, base_offset, base_line)
-    cuts = [0]
-    for k in range(1, workers):
-        cut = data.find(b"\n", len(data) * k // workers)
-        if cut < 0 or cut + 1 <= cuts[-1]:
-            break
-        cuts.append(cut + 1)
-    cuts.append(len(data))
-    parts, line = [], base_line
-    for a, b in zip(cuts, cuts[1:]):
-        parts.append((a, b, line))
-        line += data.count(b"\n", a, b)
-    with ThreadPoolExecutor(len(parts)) as ex:
-        results = list(ex.map(lambda p: _scan_one(data[p[0]:p[1]], base_offset + p[0], p[2]), parts))
-    slow = [r.slow_lines + np.array([a, 0]) for r, (a, _, _) in zip(results, parts)]
-    bad = [r for r in results if r.n_bad_utf8]
-    binr = [r for r in results if r.n_binary]
-    return ScanResult(
-        {k: pa.concat_arrays([r.decode[k] for r in results]) for k in results[0].decode},
-        {k: pa.concat_arrays([r.prefill[k] for r in results]) for k in results[0].prefill},
-        np.concatenate(slow) if slow else np.zeros((0, 2), np.int64),
-        bad[0].first_bad_utf8 if bad else -1, sum(r.n_bad_utf8 for r in results),
-        binr[0].first_binary if binr else -1, sum(r.n_binary for r in results),
-        sum(r.lines for r in results))
+    after `base_line` lines. The C scanner releases the GIL: ingest scans the next chunk on a
+    thread while the previous one is inserted."""
+    return _scan_one(data, base_offset, base_line)

@@ -155,10 +155,11 @@ class _Chunk:
     offset: int                  # file offset of data[0]
     lines_done: int              # lines before data[0]
     changed: bool = False        # the file was replaced while read: nothing here may be stored
+    size: int | None = None      # bytes of data the rows cover (less when a record is held)
 
     @property
     def end(self) -> int:
-        return self.offset + len(self.data)
+        return self.offset + (len(self.data) if self.size is None else self.size)
 
 
 class _Stat:
@@ -210,11 +211,15 @@ class FileIngestor:
     `adopt_modified_after` (epoch s), a file that matches no stored source at all and was modified
     after that time is read from its start after all: a rotated file written while followed but
     never read (tail was down). gzip/zstd files are read transparently (`open_log`).
-    `overlap`: scan the next chunk on a thread while the current one is inserted (one-shot ingest)."""
+    `overlap`: scan the next chunk on a thread while the current one is inserted (one-shot ingest).
+    A record that the next line might still continue (a hard-wrapped record, see `reassemble`) is
+    stored at the end of the file as it is, unless `hold_at_eof` (a follower of a growing file):
+    then it waits for the next line, or for a poll that finds the file no longer growing."""
 
     def __init__(self, db: str | Path, path: str | Path, run_id: str | None = None,
                  chunk_bytes: int = CHUNK_BYTES, known_only: bool = False,
-                 adopt_modified_after: float | None = None, overlap: bool = False):
+                 adopt_modified_after: float | None = None, overlap: bool = False,
+                 hold_at_eof: bool = False):
         self.db = str(db)
         self.path = os.path.abspath(path)
         self.run_id = run_id
@@ -222,6 +227,8 @@ class FileIngestor:
         self.known_only = known_only
         self.adopt_modified_after = adopt_modified_after
         self.overlap = overlap
+        self.hold_at_eof = hold_at_eof
+        self._quiet_at: tuple[int, int] | None = None   # (offset, size) when a record was held
         self._fh = None
         self._ident: os.stat_result | None = None   # stat of the path when it was opened
         self._compressed = False
@@ -310,31 +317,47 @@ class FileIngestor:
         """The complete lines from `offset` (at most chunk_bytes unless one line is longer),
         parsed; None when no complete line is there yet."""
         fd = self._fh.fileno()
-        data = os.pread(fd, min(self.chunk_bytes, end - offset), offset)
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            if len(data) < self.chunk_bytes:
-                return None
-            # One line longer than a whole chunk: read until its newline.
-            parts, at = [data], offset + len(data)
-            while cut < 0:
-                extra = os.pread(fd, self.chunk_bytes, at)
-                if not extra:
-                    return None
-                parts.append(extra)
-                at += len(extra)
-                cut = extra.rfind(b"\n")
-            data = b"".join(parts)
+        want = self.chunk_bytes
+        while True:
+            data = os.pread(fd, min(want, end - offset), offset)
             cut = data.rfind(b"\n")
-        data = data[:cut + 1]
-        # Truncated and rewritten past our offset while we read (copy-truncate)? Then `data` may
-        # be new bytes: store nothing, identify the file again next time.
-        if not self._same_head(src):
-            return _Chunk(data, Batches(), IngestResult(self.path), offset, lines_done, changed=True)
-        notes = IngestResult(self.path)
-        batches = Batches()
-        parse_chunk(data, src.source_id, self.path, offset, lines_done, batches, notes)
-        return _Chunk(data, batches, notes, offset, lines_done)
+            if cut < 0:
+                if len(data) < want:
+                    return None
+                # One line longer than a whole chunk: read until its newline.
+                parts, at = [data], offset + len(data)
+                while cut < 0:
+                    extra = os.pread(fd, self.chunk_bytes, at)
+                    if not extra:
+                        return None
+                    parts.append(extra)
+                    at += len(extra)
+                    cut = extra.rfind(b"\n")
+                data = b"".join(parts)
+                cut = data.rfind(b"\n")
+            # everything there is was read (what follows the last newline is a partial line):
+            # reading more cannot show more, so a held record is at the end (else this loop spins)
+            read_to_end = offset + len(data) >= end
+            data = data[:cut + 1]
+            # Truncated and rewritten past our offset while we read (copy-truncate)? Then `data`
+            # may be new bytes: store nothing, identify the file again next time.
+            if not self._same_head(src):
+                return _Chunk(data, Batches(), IngestResult(self.path), offset, lines_done,
+                              changed=True)
+            at_eof = read_to_end
+            final = at_eof and (not self.hold_at_eof or self._quiet_at == (offset, end))
+            notes = IngestResult(self.path)
+            batches = Batches()
+            parse_chunk(data, src.source_id, self.path, offset, lines_done, batches, notes,
+                        final=final)
+            if batches.consumed or final:
+                return _Chunk(data, batches, notes, offset, lines_done, size=batches.consumed)
+            if at_eof:
+                # only a record that the next line may still continue: wait for that line, or
+                # for a poll that finds the file no longer growing
+                self._quiet_at = (offset, end)
+                return None
+            want = len(data) * 2   # a held record as long as the chunk: read on to see its end
 
     def _drain(self) -> IngestResult:
         result = IngestResult(self.path)
@@ -395,7 +418,7 @@ class FileIngestor:
     def _commit(self, src: schema.Source, chunk: _Chunk, result: IngestResult) -> bool:
         """Store `chunk` with the checkpoint after it; False when the file or the checkpoint
         changed under us (nothing stored; the caller identifies the file again next time)."""
-        data = chunk.data
+        data = memoryview(chunk.data)[:chunk.end - chunk.offset]
         if chunk.changed or chunk.offset != src.offset_bytes:
             self._src = None
             return False
@@ -406,7 +429,8 @@ class FileIngestor:
             src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
         # Hash what was read, not the file again: it may be truncated by now (copy-truncate),
         # and a wrong hash would keep the copy from continuing this source.
-        tail = data[-FP_LEN:] if len(data) >= FP_LEN else (self._tail_bytes + data)[-FP_LEN:]
+        tail = bytes(data[-FP_LEN:]) if len(data) >= FP_LEN else \
+            (self._tail_bytes + data)[-FP_LEN:]
         src.tail_fingerprint = _fingerprint(tail)
         attach = self.run_id if src.source_id not in self._attached else None
         notes = chunk.notes
@@ -419,8 +443,9 @@ class FileIngestor:
                 except _DATA_ERRORS:
                     # A value the store refused: store every other line, reject the offender(s).
                     notes = IngestResult(self.path)
-                    batches = parse_chunk_checked(con, data, src.source_id, self.path,
+                    batches = parse_chunk_checked(con, bytes(data), src.source_id, self.path,
                                                   src.offset_bytes, src.lines_done, notes)
+                    batches.lines = lines
                     stored = store.append_with_checkpoint(
                         con, src, src.offset_bytes, new_offset, src.lines_done + lines,
                         batches.all(), run_id=attach)

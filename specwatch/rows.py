@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from specwatch import fastscan, parse, schema, store
+from specwatch import fastscan, parse, reassemble, schema, store
 
 MAX_LINE_TEXT = 2000       # characters of a rejected line kept in rejected_lines
 
@@ -85,7 +85,8 @@ class Batches:
     def __init__(self):
         self.tables: dict[str, dict[str, list]] = {}
         self.arrow: dict[str, list] = {}
-        self.lines = 0   # complete lines parsed into these batches
+        self.lines = 0      # complete lines these rows come from
+        self.consumed = 0   # bytes of the chunk they come from (less when a record is held)
 
     def all(self) -> dict[str, list]:
         """{table: [column lists and/or Arrow tables]} for store.insert."""
@@ -186,29 +187,44 @@ def rejected_row(source_id: str, path: str, offset: int, line_no: int, kind: str
             "kind": kind, "reason": reason, "field": field, "line_text": text[:MAX_LINE_TEXT]}
 
 
-def line_rows(raw: bytes, here: int, line_no: int, source_id: str, path: str
-              ) -> tuple[str, dict, bool] | None:
-    """(table, row, valid UTF-8) for one line through the Python definition, or None for noise.
-    A line that breaks the parser or that the store cannot hold becomes a rejected_lines row."""
+def safe_parse(text: str) -> parse.Record | parse.Rejected | None:
+    """parse.parse_line, with a parser failure on this one line turned into a rejection."""
     try:
-        text, got, valid = parse_raw(raw)
+        return parse.parse_line(text)
     except Exception as exc:  # noqa: BLE001 - a parser bug on one line must not block the file
-        text, valid = raw.decode("utf-8", errors="replace"), True
-        got = parse.Rejected("unknown", f"the parser failed on this line ({type(exc).__name__}: "
-                             f"{str(exc)[:200]})")
-    if got is None:
-        return None
+        return parse.Rejected("unknown", f"the parser failed on this line ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})")
+
+
+def logical_row(lg: reassemble.Logical, source_id: str, path: str) -> tuple[str, dict]:
+    """(table, row) for one logical record (a line, or lines joined by the reassembler). A
+    record the store cannot hold becomes a rejected_lines row naming the column and why."""
+    got = lg.result
     if isinstance(got, parse.Record):
         try:
-            table, row = record_row(got, source_id, here, line_no)
+            table, row = record_row(got, source_id, lg.offset, lg.line_no)
             problem = row_problem(table, row)
         except (ValueError, OverflowError) as exc:
             problem = (None, f"a value cannot be stored: {exc}")
         if problem is None:
-            return table, row, valid
+            return table, row
         got = parse.Rejected(got.kind, problem[1], problem[0])
-    return "rejected_lines", rejected_row(source_id, path, here, line_no, got.kind, got.reason,
-                                          got.field, text), valid
+    return "rejected_lines", rejected_row(source_id, path, lg.offset, lg.line_no, got.kind,
+                                          got.reason, got.field, lg.text)
+
+
+def line_rows(raw: bytes, here: int, line_no: int, source_id: str, path: str
+              ) -> tuple[str, dict, bool] | None:
+    """(table, row, valid UTF-8) for one line on its own through the Python definition (no
+    reassembly), or None for noise."""
+    try:
+        text, valid = raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        text, valid = raw.decode("utf-8", errors="replace"), False
+    got = safe_parse(text)
+    if got is None:
+        return None
+    return (*logical_row(reassemble.Logical(line_no, here, text, got), source_id, path), valid)
 
 
 def _warn(result, path: str, what: str, first: int, n: int) -> None:
@@ -233,72 +249,82 @@ def fast_table(table: str, cols: dict[str, pa.Array], n: int, source_id: str) ->
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start_line: int,
-                batches: Batches, result, fast: bool | None = None) -> None:
-    """Parse complete lines in `data` (which ends with a newline) into `batches`; counts rejected
-    lines and adds warnings to `result`.
+def _add(batches: Batches, result, lgs, source_id: str, path: str) -> None:
+    for lg in lgs:
+        if lg.result is None:
+            continue
+        table, row = logical_row(lg, source_id, path)
+        batches.add(table, row)
+        result.rejected += table == "rejected_lines"
 
-    With the C accelerator (`fast`, default: when built), canonical SGLang decode/prefill lines are
-    extracted in bulk and only the other anchored lines go through `parse`; without it, `parse`
-    sees every anchored line. Both store identical rows (tests/test_fastscan.py, test_fuzz.py)."""
-    bad_utf8: list[int] = []
+
+def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start_line: int,
+                batches: Batches, result, fast: bool | None = None, final: bool = True) -> None:
+    """Parse complete lines in `data` (which ends with a newline) into `batches`; counts rejected
+    lines and adds warnings to `result`. Records hard-wrapped over several lines are joined
+    (`reassemble`). A record still open at the end of `data` (it may go on in the next line) is
+    flushed as it is when `final`, else left out: `batches.consumed` / `batches.lines` then say
+    how far the rows go, and the caller reads again from there.
+
+    With the C accelerator (`fast`, default: when built), canonical SGLang decode/prefill lines
+    that the next line cannot continue are extracted in bulk and every other anchored line (and
+    whatever follows a held record) goes through `parse`; without it, `parse` sees every
+    anchored line. Both store identical rows (tests/test_fastscan.py, tests/test_fuzz.py)."""
+    r = reassemble.Reassembler(safe_parse)
     if fast if fast is not None else fastscan.available():
         sr = fastscan.scan(data, start_offset, start_line)
-        batches.lines += sr.lines
-        for table, cols in (("decode_windows", sr.decode), ("prefill_windows", sr.prefill)):
-            n = len(cols["byte_offset"])
-            if n:
-                batches.add_arrow(table, fast_table(table, cols, n, source_id))
+        taken = [np.asarray(c["byte_offset"]) for c in (sr.decode, sr.prefill)]
+        cursor, lines = 0, sr.lines
         for rel, line_no in sr.slow_lines.tolist():
-            end = data.index(b"\n", rel)
-            got = line_rows(data[rel:end], start_offset + rel, line_no, source_id, path)
-            if got is not None:
-                batches.add(got[0], got[1])
-                result.rejected += got[0] == "rejected_lines"
+            if rel < cursor:
+                continue  # already fed, as what followed a held record
+            while True:
+                end = data.index(b"\n", rel)
+                text = data[rel:end].decode("utf-8", errors="replace")
+                _add(batches, result, r.feed(line_no, start_offset + rel, text), source_id, path)
+                rel, line_no = end + 1, line_no + 1
+                if not r.holding or rel >= len(data):
+                    break
+                at = start_offset + rel
+                if any(len(t) and t[min(np.searchsorted(t, at), len(t) - 1)] == at for t in taken) \
+                        or b"\x00" in data[rel:data.index(b"\n", rel)]:
+                    # a line the scanner took starts a record of its own; NUL lines are skipped:
+                    # neither continues the held one
+                    _add(batches, result, r.flush(), source_id, path)
+                    break
+            cursor = rel
         _warn(result, path, "invalid UTF-8, read with replacement characters", sr.first_bad_utf8,
               sr.n_bad_utf8)
         _warn(result, path, "binary data (NUL bytes), skipped", sr.first_binary, sr.n_binary)
-        return
-    try:
-        data.decode("utf-8")
-        valid = True
-    except UnicodeDecodeError:
-        valid = False
-    binary = b"\x00" in data
-    offset = start_offset
-    line_no = start_line
-    bad_binary: list[int] = []
-    split = data.split(b"\n")[:-1]
-    batches.lines += len(split)
-    for raw in split:
-        line_no += 1
-        here = offset
-        offset += len(raw) + 1
-        if binary and b"\x00" in raw:
-            bad_binary.append(line_no)
-            continue
-        for a in _ANCHORS:
-            if a in raw:
-                break
+        cols = {"decode_windows": sr.decode, "prefill_windows": sr.prefill}
+    else:
+        bad_utf8: list[int] = []
+        binary: list[int] = []
+        _add(batches, result, reassemble.feed_chunk(r, data, start_offset, start_line, bad_utf8,
+                                                    binary), source_id, path)
+        lines = data.count(b"\n")
+        _warn(result, path, "invalid UTF-8, read with replacement characters",
+              bad_utf8[0] if bad_utf8 else -1, len(bad_utf8))
+        _warn(result, path, "binary data (NUL bytes), skipped", binary[0] if binary else -1,
+              len(binary))
+        cols = {}
+    consumed = len(data)
+    if r.holding:
+        if final:
+            _add(batches, result, r.flush(), source_id, path)
         else:
-            if not valid:
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    bad_utf8.append(line_no)
-            continue
-        got = line_rows(raw, here, line_no, source_id, path)
-        if got is None:
-            continue
-        table, row, ok_utf8 = got
-        if not ok_utf8:
-            bad_utf8.append(line_no)
-        batches.add(table, row)
-        result.rejected += table == "rejected_lines"
-    _warn(result, path, "invalid UTF-8, read with replacement characters",
-          bad_utf8[0] if bad_utf8 else -1, len(bad_utf8))
-    _warn(result, path, "binary data (NUL bytes), skipped", bad_binary[0] if bad_binary else -1,
-          len(bad_binary))
+            line_no, offset = r.pending
+            consumed, lines = offset - start_offset, line_no - 1 - start_line
+    for table, c in cols.items():
+        n = len(c["byte_offset"])
+        if n and consumed < len(data):  # nothing from the held record on (none is expected)
+            keep = np.asarray(c["byte_offset"]) < start_offset + consumed
+            c = {k: v.filter(pa.array(keep)) for k, v in c.items()}
+            n = int(keep.sum())
+        if n:
+            batches.add_arrow(table, fast_table(table, c, n, source_id))
+    batches.lines += lines
+    batches.consumed = consumed
 
 
 def _isolate(rows: list[dict], ok) -> tuple[list[dict], list[tuple[dict, str]]]:
@@ -322,7 +348,8 @@ def parse_chunk_checked(con, data: bytes, source_id: str, path: str, start_offse
     definition and try each table's rows against Arrow and the store (a scratch copy of the table
     in `con`), sending each row that cannot be stored to rejected_lines with the error."""
     first = Batches()
-    parse_chunk(data, source_id, path, start_offset, start_line, first, result, fast=False)
+    parse_chunk(data, source_id, path, start_offset, start_line, first, result, fast=False,
+                final=True)  # `data` ends where the failed attempt's rows ended
     out = Batches()
     kinds = {v: k for k, v in schema.KIND_TABLE.items()}
     for table in list(first.tables):

@@ -143,7 +143,7 @@ def test_fuzzed_lines_store_identically_on_both_paths(tmp_path, monkeypatch):
     # the fuzz reaches both outcomes on the fast path: taken lines and lines handed back
     sr = fastscan.scan(log.read_bytes(), 0, 0)
     taken = len(sr.decode["line_no"]) + len(sr.prefill["line_no"])
-    assert taken > 1000 and len(sr.slow_lines) > 1500
+    assert taken > 400 and len(sr.slow_lines) > 1500
     assert len(a["rejected_lines"]) > 300
     # no chunk needed the insert-failure fallback (it parses through Python and would hide a
     # fast-path difference): every value was range- and type-checked before the insert

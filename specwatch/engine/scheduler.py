@@ -314,7 +314,9 @@ class Scheduler(threading.Thread):
                 num_running_reqs=stats.batch_size, num_tokens=self.tokens_in_use,
                 token_usage=self._usage(), accept_len=w.accept_len, accept_rate=w.accept_rate,
                 graph=self.graph, gen_throughput_tok_s=w.gen_throughput_tok_s,
-                num_queue_reqs=len(self.waiting)))
+                num_queue_reqs=len(self.waiting),
+                # SGLang prints whether the batch that closed the window replayed a graph
+                graph_used=stats.cuda_graph))
 
     def _emit(self, r: GenRequest) -> bool:
         """Send r's new tokens, cutting at a stop; True (and KV released) when r is finished."""

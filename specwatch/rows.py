@@ -317,8 +317,9 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
             consumed, lines = offset - start_offset, line_no - 1 - start_line
     for table, c in cols.items():
         n = len(c["byte_offset"])
-        if n and consumed < len(data):  # nothing from the held record on (none is expected)
-            keep = np.asarray(c["byte_offset"]) < start_offset + consumed
+        offs = np.asarray(c["byte_offset"])
+        if n and offs[-1] >= start_offset + consumed:  # nothing from a held record on
+            keep = offs < start_offset + consumed
             c = {k: v.filter(pa.array(keep)) for k, v in c.items()}
             n = int(keep.sum())
         if n:

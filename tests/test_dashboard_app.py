@@ -1,9 +1,12 @@
 """The dashboard's views under Streamlit's AppTest, on a real DuckDB built from sample_logs/.
 
 The fixture ingests every sample log (one run per file) and adds a small sweep by hand: a baseline
-and three EAGLE-3 configs at concurrency 1 and 4, each scoped to the matching sample log (so accept
-length comes from real decode windows), with client tok/s, latency percentiles and per-request
-acceptance histograms whose expected sums are written out below.
+and three EAGLE-3 configs at concurrency 1 and 4, three repeats each, scoped to the matching sample
+log (so accept length comes from real decode windows), with client tok/s (repeat 0 the table below,
+repeats 1 and 2 scaled by REPEAT_NOISE), latency percentiles, per-request acceptance histograms
+(repeat 0) whose expected sums are written out below, and one `specwatch tail` alert.
+
+Expected speedups, intervals, verdicts and winners are worked out by hand below (EXPECT).
 """
 from __future__ import annotations
 
@@ -32,10 +35,45 @@ SWEEP_CONFIGS = {
                          [90, 8, 2, 0]),
 }
 REQUESTS_PER_RUN = 3   # measured requests per run, each with the histogram above (+ one warm-up)
+REPEATS = 3
+# tok/s of repeat i = the table's value x factor i (baseline and speculative configs drift apart, so
+# the paired log-ratio interval is not degenerate)
+REPEAT_NOISE = {"baseline": (1.0, 1.02, 0.98), "spec": (1.0, 0.99, 1.01)}
 
 
-def sweep_run_id(config: str, conc: int) -> str:
-    return f"{SWEEP}/{config}/c{conc}"
+def _hand_speedup(spec_tok_s: float, base_tok_s: float) -> tuple[float, float, float]:
+    """Welch t interval on the log scale (README, "Reading the report"; the fixture's runs have no
+    sampling fingerprint, so the match is same-sweep+sampling-unknown, not paired), by hand:
+    speedup = exp(mean ln x − mean ln y), se² = sd(ln x)²/3 + sd(ln y)²/3, Welch df = 2.9 -> 2,
+    ci = speedup · exp(∓ t(0.975, 2) · se)."""
+    import math
+    import statistics
+    lx = [math.log(spec_tok_s * a) for a in REPEAT_NOISE["spec"]]
+    ly = [math.log(base_tok_s * b) for b in REPEAT_NOISE["baseline"]]
+    vx, vy = statistics.variance(lx) / 3, statistics.variance(ly) / 3
+    df = (vx + vy) ** 2 / (vx ** 2 / 2 + vy ** 2 / 2)
+    assert 2 <= df < 3
+    sp = math.exp(statistics.mean(lx) - statistics.mean(ly))
+    half = 4.3027 * math.sqrt(vx + vy)
+    return sp, sp * math.exp(-half), sp * math.exp(half)
+
+
+# (config, concurrency) -> (speedup, ci_low, ci_high, verdict)
+EXPECT = {}
+for _cfg, (_log, _tok, _h) in {
+        "eagle3-s3k1": (None, {1: 190.0, 4: 560.0}, None),
+        "eagle3-s5k4": (None, {1: 210.0, 4: 342.0}, None),
+        "eagle3-wrong-aux": (None, {1: 88.0, 4: 300.0}, None)}.items():
+    for _c, _x in _tok.items():
+        _sp, _lo, _hi = _hand_speedup(_x, {1: 100.0, 4: 380.0}[_c])
+        EXPECT[(_cfg, _c)] = (_sp, _lo, _hi, "pays" if _lo > 1 else "loses" if _hi < 1 else "unclear")
+# c1: s5k4 [1.99, 2.22] and s3k1 [1.80, 2.01] overlap: no winner; c4: s3k1 [1.39, 1.55] lies above
+# every other interval (s5k4 and wrong-aux lose, the baseline is [1, 1]): s3k1 wins
+WINNERS = {1: None, 4: "eagle3-s3k1"}
+
+
+def sweep_run_id(config: str, conc: int, repeat: int = 0) -> str:
+    return f"{SWEEP}/{config}/c{conc}" + (f"/r{repeat}" if repeat else "")
 
 
 def build_fixture_db(path: Path) -> Path:
@@ -46,18 +84,24 @@ def build_fixture_db(path: Path) -> Path:
             "SELECT r.run_id, rs.source_id FROM runs r JOIN run_sources rs USING (run_id)").fetchall())
         t0 = dt.datetime(2026, 11, 1, 12, 0, 0)
         for i, (config, (log, tok_s, hist)) in enumerate(SWEEP_CONFIGS.items()):
-            for conc, out in tok_s.items():
-                rid = sweep_run_id(config, conc)
+            for conc, out0 in tok_s.items():
+              for rep, factor in enumerate(REPEAT_NOISE["baseline" if hist is None else "spec"]):
+                rid, out = sweep_run_id(config, conc, rep), out0 * factor
                 store.upsert_run(con, {
-                    "run_id": rid, "run_name": f"{config}-c{conc}", "origin": "sweep",
-                    "created_at": t0 + dt.timedelta(minutes=10 * i + conc),
+                    "run_id": rid, "run_name": f"{config}-c{conc}" + (f"-r{rep}" if rep else ""),
+                    "origin": "sweep",
+                    "created_at": t0 + dt.timedelta(minutes=10 * i + conc, seconds=rep),
+                    "started_at": t0 + dt.timedelta(minutes=10 * i + conc, seconds=rep),
                     "sweep_name": SWEEP, "config_name": config, "engine": "sglang",
-                    "is_baseline": hist is None, "concurrency": conc, "repeat_idx": 0,
+                    "is_baseline": hist is None, "concurrency": conc, "repeat_idx": rep,
                     "status": "ok", "requests_ok": REQUESTS_PER_RUN, "requests_failed": 0,
                     "output_tok_s": out, "ttft_ms_p50": 40.0 * conc, "ttft_ms_p99": 95.0 * conc,
                     "itl_ms_p50": 1000.0 / out * conc, "itl_ms_p99": 3000.0 / out * conc,
+                    "tpot_ms_p50": 1000.0 / out0 * conc,
                 })
                 store.attach_source(con, rid, sources[log])
+                if rep:
+                    continue
                 n = REQUESTS_PER_RUN + 1
                 store.insert(con, "requests", {
                     "run_id": [rid] * n, "request_idx": list(range(n)),
@@ -71,6 +115,13 @@ def build_fixture_db(path: Path) -> Path:
                                "origin": "sweep", "sweep_name": SWEEP, "config_name": "eagle3-s8k8",
                                "concurrency": 4, "status": "failed",
                                "failure_reason": "server exited 1 before ready: CUDA out of memory"})
+        store.insert(con, "alerts", {
+            "run_id": [sweep_run_id("eagle3-wrong-aux", 1)], "source_id": [sources[
+                "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log"]], "byte_offset": [1234],
+            "line_no": [17], "path": ["/logs/wrong-aux.log"], "dp_rank": [0],
+            "rule": ["low_accept_len"], "severity": ["warning"], "value": [1.1], "threshold": [1.5],
+            "windows": [3], "ts": [t0], "raised_at": [t0],
+            "message": ["accept length 1.10 < 1.5 for 3 consecutive windows"]})
     return path
 
 
@@ -121,58 +172,82 @@ def healthy(at: AppTest) -> None:
     assert "lock" not in shown.lower() and "Traceback" not in shown
 
 
-def test_compare_table_lists_every_config_with_the_views_numbers(app, fixture_db):
+def stats_rows(at: AppTest) -> pd.DataFrame:
+    """Every Compare table (one per sweep and concurrency) stacked, in page order."""
+    frames = [df.value for df in at.dataframe if "speedup_text" in df.value.columns]
+    assert frames, "no Compare table"
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_compare_groups_by_concurrency_sorted_by_speedup_with_verdicts_and_winner(app, fixture_db):
     at = app()
     healthy(at)
-    t = table_with(at, "accept_len")
-    assert {"sglang-0.5.23-llama8b-eagle3-s3k1.log", "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log",
-            "vllm-0.11-eagle3.log", "baseline", "eagle3-s3k1", "eagle3-s5k4", "eagle3-wrong-aux",
-            "eagle3-s8k8"} <= set(t["config"])
-    wrong = t[t["config"] == "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log"].iloc[0]
-    assert wrong["accept_len"] == pytest.approx(1.11, abs=0.05)   # the sample's collapsed draft
-    assert "low accept len" in wrong["flags"] and "slower than baseline" in wrong["flags"]
-    # client speedup = the fixture's tok/s over the sweep baseline's at the same concurrency
-    s3 = t[t["config"] == "eagle3-s3k1"].set_index("concurrency")
-    assert s3.loc[1, "speedup_client"] == pytest.approx(190 / 100)
-    assert s3.loc[4, "speedup_client"] == pytest.approx(560 / 380)
-    assert s3.loc[4, "output_tok_s"] == 560.0 and s3.loc[4, "ttft_ms_p99"] == pytest.approx(380.0)
-    assert s3.loc[4, "baseline"] == "baseline-c4"
-    # every number shown is config_summary's own (the dashboard recomputes nothing)
-    want = {(r["run_name"], r["concurrency"]): r for r in query.report(fixture_db).dicts()}
-    for row in t.to_dict("records"):
-        conc = None if pd.isna(row["concurrency"]) else int(row["concurrency"])
-        src = want[(row["run_name"], conc)]
-        for col in ("accept_len", "accept_rate", "gen_throughput_tok_s", "output_tok_s",
-                    "speedup_gen", "speedup_client", "ttft_ms_p50", "itl_ms_p99", "status"):
-            got, exp = row[col], src[col]
-            assert (exp is None and pd.isna(got)) or got == pytest.approx(exp), (row["config"], col)
+    heads = [m.value for m in at.markdown if m.value.startswith("**sweep")]
+    assert heads == [f"**sweep `{SWEEP}` · concurrency 1** — no clear winner: eagle3-s5k4 and "
+                     "eagle3-s3k1 overlap",
+                     f"**sweep `{SWEEP}` · concurrency 4** — eagle3-s3k1 wins: its interval lies "
+                     "above every other config's"]
+    tables = [df.value for df in at.dataframe if "speedup_text" in df.value.columns]
+    sweep_tables = tables[-2:]           # the ingested logs' table comes first
+    for conc, t in zip((1, 4), sweep_tables):
+        spec = t[t["verdict_shown"] != "baseline"]
+        names = [c.removeprefix("🏆 ") for c in spec["config_shown"]]
+        want = sorted((c for c, k in EXPECT if k == conc), key=lambda c: -EXPECT[(c, conc)][0])
+        assert names == want                                        # sorted by speedup
+        for name, text, verdict in zip(names, spec["speedup_text"], spec["verdict_shown"]):
+            sp, lo, hi, v = EXPECT[(name, conc)]
+            assert text == f"{sp:.2f}× [{lo:.2f}, {hi:.2f}]"
+            assert verdict.endswith(v)
+        assert t["config_shown"].iloc[-1] == "baseline"            # the baseline closes the group
+        winners = [c for c in t["config_shown"] if c.startswith("🏆 ")]
+        assert winners == ([f"🏆 {WINNERS[conc]}"] if WINNERS[conc] else [])
+    # the defaults fit: ten columns, none wider than its content needs
+    assert list(sweep_tables[0].columns) == ["config_shown", "verdict_shown", "speedup_text",
+                                             "tok_s_text", "accept_len", "accept_rate",
+                                             "per_user_tok_s", "ttft_ms_p50_mean", "repeats",
+                                             "baseline_match"]
+    # numbers are config_stats' own
+    want = {(r["config"], r["concurrency"]): r for r in query.stats_report(fixture_db).configs.dicts()}
+    for conc, t in zip((1, 4), sweep_tables):
+        for row in t.to_dict("records"):
+            src = want[(row["config_shown"].removeprefix("🏆 "), conc)]
+            assert row["repeats"] == 3 and row["accept_len"] == pytest.approx(src["accept_len"])
     assert [b.proto.label for b in at.get("download_button")] == ["Download CSV"]
-    assert any("6 config(s) flagged" in w.value for w in at.warning)
+    assert any("lose or failed" in w.value and "eagle3-wrong-aux @c1" in w.value for w in at.warning)
 
 
-def test_compare_table_filters_and_sorts(app):
+def test_compare_column_help_is_the_readme_glossary(app):
+    import re
     at = app()
-    at.text_input(key="cmp_filter").input("s5k4").run()
+    node = [n for n in at.get("arrow_data_frame") if "speedup_text" in n.value.columns][-1]
+    cfg = json.loads(node.proto.columns)
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Reading the report", 1)[1]
+    rows = dict(re.findall(r"^\| ([^|]+?) \| (.+?) \|$", section, flags=re.M))
+    assert cfg["verdict_shown"]["help"] == rows["verdict"].replace("`", "").replace("**", "")
+    assert cfg["speedup_text"]["help"] == rows["speedup [95% CI]"].replace("`", "")
+    assert cfg["accept_len"]["help"].startswith("tokens emitted per target forward pass")
+    for col, c in cfg.items():
+        assert c.get("help"), f"column {col} has no help text"
+
+
+def test_compare_all_columns_filter_and_csv(app):
+    at = app()
+    at.toggle(key="cmp_all").set_value(True).run()
     healthy(at)
-    t = table_with(at, "accept_len")
-    assert set(t["config"]) == {"sglang-0.5.23-llama8b-eagle3-s5k4.log", "eagle3-s5k4"}
-
+    t = stats_rows(at)
+    for col in ("speedup_ci_low", "speedup_method", "output_tok_s_cv", "verdict_reason",
+                "baseline_config", "accept_len_request_weighted", "gen_throughput_tok_s_mean"):
+        assert col in t.columns
+    at.text_input(key="cmp_filter").input("s5k4").run()
+    t = stats_rows(at)
+    assert {c.removeprefix("🏆 ") for c in t["config_shown"]} == {
+        "sglang-0.5.23-llama8b-eagle3-s5k4.log", "eagle3-s5k4"}
     at.text_input(key="cmp_filter").input("").run()
-    at.selectbox(key="cmp_sort").select("accept_len").run()
-    t = table_with(at, "accept_len")
-    shown = t["accept_len"].dropna().tolist()
-    assert shown == sorted(shown, reverse=True) and len(shown) > 10
-    at.toggle(key="cmp_desc").set_value(False).run()
-    shown = table_with(at, "accept_len")["accept_len"].dropna().tolist()
-    assert shown == sorted(shown) and shown[0] == pytest.approx(1.11, abs=0.05)
-
-    at.multiselect(key="cmp_status").set_value(["failed"]).run()
-    assert table_with(at, "accept_len")["config"].tolist() == ["eagle3-s8k8"]
-    at.multiselect(key="cmp_status").set_value(["failed", "ok"]).run()
-    at.toggle(key="cmp_flagged").set_value(True).run()
-    assert set(table_with(at, "accept_len")["config"]) == {
-        "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log", "sglang-0.5.4-iter-eagle3.log",
-        "eagle3-s5k4", "eagle3-wrong-aux", "eagle3-s8k8"}
+    at.toggle(key="cmp_losing").set_value(True).run()
+    t = stats_rows(at)
+    assert set(t["verdict_shown"]) <= {"❌ loses", "⚠ failed"}
+    assert {"eagle3-wrong-aux", "eagle3-s8k8"} <= set(t["config_shown"])
 
 
 def test_sidebar_picks_sweeps_and_runs(app):
@@ -180,99 +255,146 @@ def test_sidebar_picks_sweeps_and_runs(app):
     assert at.multiselect(key="scopes").options == ["(ingested logs)", SWEEP]
     at.multiselect(key="scopes").set_value([SWEEP]).run()
     healthy(at)
-    assert set(table_with(at, "accept_len")["sweep_name"]) == {SWEEP}
+    assert set(stats_rows(at)["sweep_name"]) == {SWEEP}
     at.multiselect(key="runs").set_value([sweep_run_id("eagle3-s3k1", 1),
                                           sweep_run_id("baseline", 1)]).run()
-    t = table_with(at, "accept_len")
-    assert sorted(t["run_name"]) == ["baseline-c1", "eagle3-s3k1-c1"]
+    t = stats_rows(at)
+    assert sorted(t["config_shown"]) == ["baseline", "eagle3-s3k1"]
 
 
-def test_accept_rate_vs_throughput_chart_marks_the_baseline(app):
+def test_accept_scatter_keeps_accept_length_rate_and_speedup(app):
     at = app()
     c = charts(at)["scatter"]
-    points, *rest = c["data"]
-    assert c["spec"]["layer"][0]["encoding"]["x"]["field"] == "accept_rate"
-    assert c["spec"]["layer"][0]["encoding"]["y"]["field"] == "output_tok_s"   # client numbers exist
-    # concurrency 1 by default: the three spec configs of the sweep, labelled
-    assert sorted(points["label"]) == ["eagle3-s3k1 @c1", "eagle3-s5k4 @c1", "eagle3-wrong-aux @c1"]
-    assert dict(zip(points["label"], points["output_tok_s"]))["eagle3-s5k4 @c1"] == 210.0
-    assert any("text" in d.columns and "baseline @c1: 100 output tok/s" in d["text"].tolist()
-               for d in rest)
-    # server-side throughput: the ingested logs join the chart
-    at.radio(key="scatter_metric").set_value("gen tok/s (server log)").run()
-    points = charts(at)["scatter"]["data"][0]
-    assert "sglang-0.5.23-llama8b-eagle3-s5k4.log" in set(points["label"])
-    assert "sglang-0.5.23-llama8b-baseline.log" not in set(points["label"])   # a rule, not a point
+    points = c["data"][0]
+    enc = c["spec"]["layer"][0]["encoding"]
+    assert (enc["x"]["field"], enc["y"]["field"], enc["color"]["field"]) == (
+        "accept_rate", "accept_len", "speedup")
+    got = dict(zip(points["label"], points["speedup"]))
+    assert got["eagle3-s5k4 @c1"] == pytest.approx(EXPECT[("eagle3-s5k4", 1)][0])
+    assert "baseline @c1" not in got
 
 
-def test_concurrency_view_shows_where_speculation_stops_paying(app):
+def test_concurrency_view_plots_speedup_with_interval_bars(app):
     at = app("Concurrency")
     healthy(at)
     c = charts(at)["concurrency"]
-    lines = [d for d in c["data"] if "config" in d.columns][0]
-    assert set(lines["config"]) == {"eagle3-s3k1", "eagle3-s5k4", "eagle3-wrong-aux"}
-    t = table_with(at, "stops paying at concurrency").set_index("config")
-    assert pd.isna(t.loc["eagle3-s3k1", "stops paying at concurrency"])      # 1.9x, 1.47x
-    assert t.loc["eagle3-s5k4", "stops paying at concurrency"] == 4          # 2.1x, then 342/380
-    assert t.loc["eagle3-wrong-aux", "stops paying at concurrency"] == 1     # never paid
-    assert t.loc["eagle3-s5k4", "best speedup"] == pytest.approx(2.1)
+    data = [d for d in c["data"] if "config" in d.columns][0]
+    assert set(data["config"]) == {"eagle3-s3k1", "eagle3-s5k4", "eagle3-wrong-aux"}
+    bars = [layer for layer in c["spec"]["layer"]
+            if layer.get("encoding", {}).get("y2", {}).get("field") == "speedup_ci_high"]
+    assert bars and bars[0]["encoding"]["y"]["field"] == "speedup_ci_low"
+    for row in data.to_dict("records"):
+        sp, lo, hi, _ = EXPECT[(row["config"], int(row["concurrency"]))]
+        assert (row["speedup_ci_low"], row["speedup_ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    t = table_with(at, "loses at").set_index("config")
+    assert t.loc["eagle3-s3k1", "pays at"] == "1, 4" and t.loc["eagle3-s3k1", "loses at"] == ""
+    assert t.loc["eagle3-s5k4", "loses at"] == "4" and t.loc["eagle3-wrong-aux", "loses at"] == "1, 4"
 
 
-def test_time_series_plots_decode_windows_of_several_runs(app, fixture_db):
+def test_pareto_plots_per_user_against_total_tok_s_baseline_included(app):
+    at = app("Pareto")
+    healthy(at)
+    data = charts(at)["pareto"]["data"][0]
+    sweep = data[data["sweep_name"] == SWEEP].set_index(["config", "concurrency"])
+    assert set(sweep.index.get_level_values(0)) == {"baseline", "eagle3-s3k1", "eagle3-s5k4",
+                                                    "eagle3-wrong-aux"}
+    # per-user tok/s = 1000 / TPOT p50; the fixture's TPOT is 1000 / tok/s x concurrency
+    assert sweep.loc[("eagle3-s5k4", 1), "per_user_tok_s"] == pytest.approx(210.0)
+    assert sweep.loc[("baseline", 4), "per_user_tok_s"] == pytest.approx(95.0)
+    # frontier: nothing beats s5k4@c1 on per-user speed, nor s3k1@c4 on total tok/s
+    front = set(data[data["frontier"] == "Pareto frontier"][["config", "concurrency"]].itertuples(
+        index=False, name=None))
+    assert front == {("eagle3-s5k4", 1), ("eagle3-s3k1", 4)}
+    assert any("Pareto frontier" in c.value and "eagle3-s3k1 @c4" in c.value for c in at.caption)
+
+
+def test_time_series_defaults_to_the_latest_sweep_in_seconds_since_start(app, fixture_db):
     at = app("Time series")
     healthy(at)
     picked = at.multiselect(key="ts_runs_pick").value
-    assert "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log" in picked and len(picked) >= 2
+    assert picked == [sweep_run_id(c, k) for k in (1, 4)
+                      for c in ("baseline", "eagle3-s3k1", "eagle3-s5k4", "eagle3-wrong-aux")]
     c = charts(at)
+    assert c["chart_ts_accept"]["spec"]["layer"][0]["encoding"]["x"]["title"] == \
+        "seconds since the run's start"
     data = c["chart_ts_accept"]["data"][0]
-    assert set(data["run_id"]) == set(picked)
-    # one point per stored window (far below the thinning limit), values as stored
-    n = query.run_sql(fixture_db, "SELECT count(*) FROM decode_windows_scoped WHERE run_id = ?",
-                      ["sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log"]).rows[0][0]
-    wrong = data[data["run_id"] == "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log"]
-    assert len(wrong) == n and wrong["accept_len"].between(1.0, 1.3).all()
+    # x = log time minus runs.started_at, in seconds (ms kept)
+    rid = sweep_run_id("eagle3-wrong-aux", 1)
+    want = query.run_sql(fixture_db, """SELECT date_diff('millisecond', r.started_at, d.ts) / 1000.0
+        FROM decode_windows_scoped d JOIN runs r USING (run_id) WHERE run_id = ?
+        ORDER BY d.byte_offset""", [rid]).rows
+    got = data[data["run_id"] == rid]
+    assert got["t_s"].tolist() == [w[0] for w in want] and len(want) > 5
+    assert got["accept_len"].between(1.0, 1.3).all()
     assert "gen_throughput_tok_s" in c["chart_ts_tput"]["data"][0].columns
-    at.radio(key="ts_x").set_value("wall clock").run()
-    assert charts(at)["chart_ts_accept"]["spec"]["layer"][0]["encoding"]["x"]["field"] == "ts"
-    # a DP=2 run is drawn per rank
+    # an ingested DP=2 log: drawn per rank, from its first window
     at.multiselect(key="ts_runs_pick").set_value(["sglang-0.5.9-dp2-tp8-eagle3.log"]).run()
-    data = charts(at)["chart_ts_accept"]["data"][0]
+    c = charts(at)["chart_ts_accept"]
+    data = c["data"][0]
     assert sorted(data["series"].unique()) == ["sglang-0.5.9-dp2-tp8-eagle3.log · dp0",
                                                "sglang-0.5.9-dp2-tp8-eagle3.log · dp1"]
+    assert data["t_s"].min() == 0
+    assert "first decode window" in c["spec"]["layer"][0]["encoding"]["x"]["title"]
 
 
-def test_acceptance_histogram_sums_measured_requests(app):
+def test_acceptance_histogram_sentence_and_positions(app):
     at = app("Acceptance")
     healthy(at)
     assert "histogram" in charts(at)
     t = table_with(at, "label").set_index("label")
-    # three measured requests per run; the warm-up's [999, ...] is left out
+    # three measured requests per run (repeat 0); the warm-up's [999, ...] is left out
     assert t.loc["eagle3-s3k1 @c4", ["0", "1", "2", "3"]].tolist() == [30, 60, 90, 120]
     assert t.loc["eagle3-wrong-aux @c1", ["0", "1", "2", "3"]].tolist() == [270, 24, 6, 0]
     assert t.loc["eagle3-s5k4 @c1", "5"] == 90
+    # 270 of 300 steps accept nothing (90%), s3k1 30 of 300 (10%), s5k4 15 of 315 (5%)
+    sentence = [m.value for m in at.markdown if "verify steps accept no draft token" in m.value]
+    assert sentence and sentence[0].startswith(
+        "eagle3-wrong-aux @c1: 90% of verify steps accept no draft token, against 90% for "
+        "eagle3-wrong-aux @c4, 10% for eagle3-s3k1")
+    assert "5% for eagle3-s5k4 @c1" in sentence[0]
+    pos = charts(at)["positions"]["data"][0].set_index(["label", "position"])
+    # position k accepted in the steps accepting >= k drafts: s3k1 [10, 20, 30, 40] -> 90/100 ...
+    assert pos.loc[("eagle3-s3k1 @c1", 1), "accepted_share"] == pytest.approx(0.9)
+    assert pos.loc[("eagle3-s3k1 @c1", 3), "accepted_share"] == pytest.approx(0.4)
+    assert pos.loc[("eagle3-wrong-aux @c1", 1), "accepted_share"] == pytest.approx(0.1)
 
 
-def test_acceptance_view_explains_when_no_histogram(app):
+def test_acceptance_per_position_from_vllm_logs(app):
     at = app("Acceptance")
     at.multiselect(key="scopes").set_value(["(ingested logs)"]).run()
     healthy(at)
-    assert any("No acceptance histogram" in i.value for i in at.info)
+    pos = charts(at)["positions"]["data"][0]
+    vllm = pos[pos["label"] == "vllm-0.11-eagle3.log"]
+    assert set(vllm["basis"]) == {"vllm log"} and len(vllm) == 3
+    assert vllm["accepted_share"].is_monotonic_decreasing
 
 
-def test_findings_flag_broken_configs(app):
+def test_findings_are_doctors_with_its_counts_failed_runs_and_alerts(app, fixture_db):
+    from specwatch import doctor
     at = app("Findings")
     healthy(at)
-    errors = [e.value for e in at.error]
-    assert any("eagle3-wrong-aux @c1" in e and "accept length 1.11" in e and
-               "slower than its baseline `baseline-c1` (0.88×)" in e for e in errors)
-    assert any("eagle3-s8k8 @c4" in e and "CUDA out of memory" in e for e in errors)
-    warnings = [w.value for w in at.warning]
-    assert any("eagle3-s5k4 @c4" in w and "0.90×" in w for w in warnings)
-    assert not any("eagle3-s3k1" in x for x in errors + warnings)
-    assert [m.value for m in at.metric] == ["4", "2", "3"]
+    findings, checked = doctor.diagnose(fixture_db)
+    shown = [x.value for x in [*at.error, *at.warning, *at.info]]
+    for f in findings:       # every finding, with its code, title and next step
+        assert any(f"**{f.run}** · `{f.code}` ({f.severity}) — {f.title}" in s
+                   and f"next: {f.suggestion}" in s for s in shown), (f.run, f.code)
+    n = {s: sum(f.severity == s for f in findings) for s in doctor.SEVERITY_ORDER}
+    assert [m.value for m in at.metric] == [str(len(checked)), str(n["error"]),
+                                            str(n["warning"]), str(n["info"])]
+    # the counts are doctor's own summary line
+    assert (f"{len(checked)} speculative config(s) checked: {n['error']} error(s), "
+            f"{n['warning']} warning(s), {n['info']} note(s)") in doctor.render_text(findings, checked)
+    wrong = [s for s in shown if "**eagle3-wrong-aux-c1** · `accept_len_near_1`" in s]
+    assert wrong and "accept_len=1.11" in wrong[0]
+    assert any("eagle3-s8k8 @c4" in e.value and "CUDA out of memory" in e.value for e in at.error)
+    alerts = table_with(at, "rule")
+    assert alerts["rule"].tolist() == ["low_accept_len"]
+    assert alerts["run"].tolist() == ["eagle3-wrong-aux"]
 
 
-def test_sql_box_is_read_only_and_row_capped(app):
+def test_sql_box_is_read_only_and_row_capped(app, fixture_db):
+    before = query.run_sql(fixture_db, "SELECT count(*) FROM runs").rows[0][0]
+    assert before == 10 + 4 * 2 * REPEATS + 1     # sample logs with metric lines, sweep, failed run
     at = app("SQL")
     healthy(at)
     assert "accept_len" in table_with(at, "accept_len").columns      # the default query ran
@@ -287,7 +409,7 @@ def test_sql_box_is_read_only_and_row_capped(app):
     assert any("read-only" in e.value for e in at.error)
     at.text_area(key="sql_text").input("SELECT count(*) AS n FROM runs").run()
     at.button(key="sql_run").click().run()
-    assert table_with(at, "n")["n"].tolist() == [19]                  # nothing was deleted
+    assert table_with(at, "n")["n"].tolist() == [before]              # nothing was deleted
 
 
 def test_missing_database_waits_quietly(app, tmp_path):
@@ -315,7 +437,7 @@ def test_reads_wait_for_a_writer_instead_of_failing(app, fixture_db, tmp_path):
             time.sleep(0.02)
         at = app()
         healthy(at)
-        assert "eagle3-s3k1" in set(table_with(at, "accept_len")["config"])
+        assert "eagle3-s3k1" in set(stats_rows(at)["config"])
     finally:
         holder.wait(10)
 
@@ -327,7 +449,7 @@ def test_writer_holding_past_the_read_wait_shows_last_data_and_a_quiet_note(app,
     import sys
     import time
     at = app()
-    assert "eagle3-s3k1" in set(table_with(at, "accept_len")["config"])
+    assert "eagle3-s3k1" in set(stats_rows(at)["config"])
     ready = tmp_path / "locked"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import duckdb, pathlib, time\n"
@@ -341,7 +463,7 @@ def test_writer_holding_past_the_read_wait_shows_last_data_and_a_quiet_note(app,
             time.sleep(0.02)
         at.run(timeout=60)
         assert not at.exception and not at.error
-        assert "eagle3-s3k1" in set(table_with(at, "accept_len")["config"])
+        assert "eagle3-s3k1" in set(stats_rows(at)["config"])
         assert any("Waiting for the writer" in c.value for c in at.caption)
     finally:
         holder.wait(30)

@@ -243,7 +243,7 @@ def fast_table(table: str, cols: dict[str, pa.Array], n: int, source_id: str) ->
         elif name in cols:
             arr = cols[name] if cols[name].type == typ else cols[name].cast(typ)
         else:
-            arr = pa.nulls(n, type=typ)
+            arr = pa.nulls(n)  # NullType: no buffers; DuckDB casts it on insert
         arrays.append(arr)
         names.append(name)
     return pa.Table.from_arrays(arrays, names=names)

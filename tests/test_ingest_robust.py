@@ -229,3 +229,12 @@ def test_a_file_with_no_log_line_is_reported_and_creates_no_run(tmp_path, db, co
     assert "is this a server log?" in p.stderr
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT run_id, status FROM runs").fetchall() == [("server.log", "ok")]
+
+
+def test_the_c_scanner_is_built_and_in_step_with_lines_toml():
+    # The fast-path tests skip when the scanner is unavailable, and it makes itself unavailable
+    # when lines.toml retypes a decode/prefill field it types itself: that must fail loudly here.
+    from specwatch import fastscan
+    assert fastscan._fastscan is not None, "specwatch._fastscan not built (pip install -e .)"
+    assert fastscan.format_drift() == []
+    assert fastscan.available() or os.environ.get("SPECWATCH_NO_FASTSCAN") == "1"

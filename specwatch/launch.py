@@ -268,9 +268,27 @@ def flag_value(argv: list[str], flag: str, default: int) -> int:
     return value
 
 
-def launch_line(argv: list[str]) -> str:
+# The server's environment variables named in its launch line: SGLang and vLLM read these, and
+# log nothing about some that change what is measured (SGLANG_SIMULATE_ACC_LEN: the parser tags
+# the run `simulated` from this line). Values of names that look like secrets are not written.
+LOGGED_ENV_PREFIXES = ("SGLANG_", "VLLM_")
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+
+
+def logged_env(env: dict[str, str]) -> list[str]:
+    """`NAME=value` for each SGLANG_*/VLLM_* variable of `env`, sorted by name (secret-looking
+    names get `<hidden>`)."""
+    return [f"{k}={'<hidden>' if any(w in k.upper() for w in _SECRET_WORDS) else v}"
+            for k, v in sorted(env.items()) if k.startswith(LOGGED_ENV_PREFIXES)]
+
+
+def launch_line(argv: list[str], env: dict[str, str] | None = None) -> str:
     """The command as one shell line: every argument quoted, control characters escaped, so a
-    newline in a flag cannot start a forged line in the server log."""
+    newline in a flag cannot start a forged line in the server log. With `env`, its
+    SGLANG_*/VLLM_* variables come first as `env NAME=value ... ARGV` (quoted alike)."""
+    shown = logged_env(env or {})
+    if shown:
+        argv = ["env", *shown, *argv]
     parts = []
     for a in argv:
         if a.isprintable():
@@ -314,7 +332,8 @@ class Server:
         under a watchdog, with a pid file next to the log."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            log.write(("specwatch: launching " + launch_line(self.argv) + "\n").encode())
+            log.write(("specwatch: launching " + launch_line(self.argv, self.env) + "\n")
+                      .encode())
             log.flush()
             self.guard = procs.Guard(self.grace_s, log)
             try:

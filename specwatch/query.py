@@ -265,14 +265,14 @@ STATS_COLUMNS = [
     "baseline_repeats", "baseline_output_tok_s_mean",
     "gen_throughput_tok_s_mean", "baseline_gen_throughput_tok_s_mean",
     "ttft_ms_p50_mean", "ttft_ms_p99_mean", "itl_ms_p50_mean", "itl_ms_p99_mean",
-    "config_name", "is_baseline", "speculative_algorithm", "speculative_num_steps",
+    "config_name", "is_baseline", "simulated", "speculative_algorithm", "speculative_num_steps",
     "speculative_eagle_topk", "speculative_num_draft_tokens", "model_path", "draft_model_path",
     "tp_size", "dp_size", "pp_size", "sglang_version", "engine", "sampling_fingerprint",
     "failure_reasons", "group_id", "baseline_group_id",
 ]
 WINNER_COLUMNS = [
     "sweep_name", "concurrency", "winner", "note", "losers", "configs", "best_config",
-    "best_speedup", "best_speedup_ci_low", "best_speedup_ci_high", "runner_up",
+    "best_speedup", "best_speedup_ci_low", "best_speedup_ci_high", "runner_up", "simulated",
 ]
 
 
@@ -339,6 +339,9 @@ BASELINE_MATCH_NOTES = {
     "other-machine": "its baseline ran on another machine",
     "sampling-unknown": "the sampling settings of one side are unknown (an ingested log has no "
                         "sampling_fingerprint): it may have generated different tokens",
+    "simulated-vs-real": "not compared: its acceptance is simulated (SGLANG_SIMULATE_ACC_LEN or "
+                         "vLLM synthetic rejection sampling) and the only baseline's is real",
+    "real-vs-simulated": "not compared: the only baseline ran with simulated acceptance",
     "sampling-differs": "not compared: the only baseline of the same model, TP/DP/PP and "
                         "concurrency ran other sampling settings (differs in: {differs}); measure "
                         "a baseline with the same workload",

@@ -4,7 +4,10 @@ The default table fits the terminal (its width, or COLUMNS): config, concurrency
 accept rate, tok/s (mean ± 95% CI half-width), speedup [95% CI], verdict; numbers rounded to
 what the noise supports (speedup 2 decimals, tok/s 3 significant digits, accept length and rate
 2 decimals); long names shortened. Then one line per sweep and concurrency naming the winner (or
-"no clear winner") and the configs that lose. `wide=True` prints every column of config_stats.
+"no clear winner") and the configs that lose. A config with simulated acceptance
+(SGLANG_SIMULATE_ACC_LEN, vLLM synthetic rejection sampling) shows `sim` after its accept length
+and is never compared with real-acceptance runs (views.group_baselines). `wide=True` prints every
+column of config_stats.
 Only `cli` imports this module; it computes nothing (the numbers come from query.stats_report).
 """
 from __future__ import annotations
@@ -79,14 +82,17 @@ def _console(out, width: int) -> tuple[Console, io.StringIO]:
     return con, buf
 
 
+SIM_MARK = " sim"   # after the accept length of a simulated-acceptance config (see summary_lines)
+
+
 def _al_cell(r: dict) -> str:
     if r.get("accept_len") is None:
-        return ""
+        return SIM_MARK.strip() if r.get("simulated") else ""
     text = f"{r['accept_len']:.2f}"
     sd = r.get("accept_len_sd")
     if sd is not None and sd >= 0.005:
         text += f"±{sd:.2f}"
-    return text
+    return text + (SIM_MARK if r.get("simulated") else "")
 
 
 def summary_lines(rep) -> list[str]:
@@ -96,6 +102,8 @@ def summary_lines(rep) -> list[str]:
     sweeps = {w["sweep_name"] for w in rep.winners.dicts()}
     for w in rep.winners.dicts():
         where = (f"{w['sweep_name']} " if len(sweeps) > 1 else "") + f"c={w['concurrency']}"
+        if w.get("simulated"):
+            where += " (simulated acceptance)"
         line = f"{where}: {w['note']}"
         if w["losers"]:
             line += f"; loses: {', '.join(w['losers'])}"
@@ -104,9 +112,16 @@ def summary_lines(rep) -> list[str]:
     flagged = sorted({(r["config"], r["baseline_match"]) for r in rows
                       if r["baseline_match"] not in TRUSTED_MATCHES})
     for cfg, match in flagged:
-        why = ("not compared: its baseline ran other sampling settings"
-               if match == "sampling-differs" else f"baseline matched as {match}")
+        why = {"sampling-differs": "not compared: its baseline ran other sampling settings",
+               "simulated-vs-real": "not compared: its acceptance is simulated, its baseline's "
+                                    "is real",
+               "real-vs-simulated": "not compared: its baseline ran with simulated acceptance",
+               }.get(match, f"baseline matched as {match}")
         lines.append(f"† {shorten(cfg)}: {why}")
+    if any(r.get("simulated") for r in rows):
+        lines.append(f"{SIM_MARK.strip()}: simulated acceptance (SGLANG_SIMULATE_ACC_LEN or vLLM "
+                     "synthetic rejection sampling): not a measured accept length; compared only "
+                     "with runs simulated alike")
     if any(r["speedup_basis"] == "server-log" for r in rows):
         lines.append("* speedup from the server log's gen throughput (no client tok/s measured)")
     if rep.single_repeat:
@@ -171,13 +186,18 @@ def _print_compact(rep, out, width: int) -> None:
     con, buf = _console(out, width)
     sweeps = list(dict.fromkeys(r["sweep_name"] for r in rows))
     for s in sweeps:
-        cells = [(_cells(r), r["verdict"]) for r in rows if r["sweep_name"] == s]
+        mine = [r for r in rows if r["sweep_name"] == s]
+        cells = [(_cells(r), r["verdict"]) for r in mine]
         natural = [max([len(h)] + [len(c[i]) for c, _ in cells]) for i, h in enumerate(HEADERS)]
         keep = list(range(len(HEADERS)))
         for name in DROP_ORDER:
             if sum(natural[i] for i in keep) + 3 * (len(keep) - 1) <= width:
                 break
             keep.remove(HEADERS.index(name))
+        if HEADERS.index("accept len") not in keep:   # the simulated mark moves to the name
+            for (c, _), r in zip(cells, mine):
+                if r.get("simulated"):
+                    c[0] += SIM_MARK
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                       title=(f"sweep {s}" if s else "ingested logs"), title_justify="left")
         for i in keep:

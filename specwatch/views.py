@@ -163,11 +163,31 @@ WITH kept AS (
       FILTER (WHERE c.speculative_num_steps IS NOT NULL) AS speculative_num_steps,
     arg_max(c.tp_size, c.byte_offset) FILTER (WHERE c.tp_size IS NOT NULL) AS tp_size,
     arg_max(c.dp_size, c.byte_offset) FILTER (WHERE c.dp_size IS NOT NULL) AS dp_size,
-    arg_max(c.pp_size, c.byte_offset) FILTER (WHERE c.pp_size IS NOT NULL) AS pp_size
+    arg_max(c.pp_size, c.byte_offset) FILTER (WHERE c.pp_size IS NOT NULL) AS pp_size,
+    bool_or(c.simulated) AS simulated          -- synthetic rejection sampling
   FROM server_configs c JOIN run_sources rs
     ON c.source_id = rs.source_id AND c.byte_offset >= rs.offset_from
    AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
   WHERE c.config_kind IN ('vllm_engine_config', 'vllm_args')
+  GROUP BY rs.run_id
+), sa AS (
+  SELECT source_id, byte_offset FROM server_configs
+  WHERE coalesce(config_kind, 'server_args') = 'server_args'
+), sim_cfg AS (
+  -- SGLang logs nothing about SGLANG_SIMULATE_ACC_LEN: a server_args line is simulated when a
+  -- `simulated` event (the env var > 0 in a launch line or env dump, e.g. specwatch's own
+  -- `specwatch: launching env ...` line) precedes it in the same file with no other server_args
+  -- line between them (the next server start after the event)
+  SELECT DISTINCT c.source_id, c.byte_offset
+  FROM events e ASOF JOIN sa c ON e.source_id = c.source_id AND e.byte_offset < c.byte_offset
+  WHERE e.kind = 'simulated'
+), run_sim AS (
+  -- runs without decode windows (client numbers only): the server_args line their byte range
+  -- follows
+  SELECT rs.run_id, bool_or(sc.source_id IS NOT NULL) AS simulated
+  FROM run_sources rs ASOF LEFT JOIN sa c
+    ON rs.source_id = c.source_id AND rs.offset_from >= c.byte_offset
+  LEFT JOIN sim_cfg sc ON sc.source_id = c.source_id AND sc.byte_offset = c.byte_offset
   GROUP BY rs.run_id
 ), req AS (
   -- request-weighted accept length: the mean over measured requests of each one's own
@@ -199,6 +219,11 @@ WITH kept AS (
     r.sampling_fingerprint, r.node_hostname,
     c.sglang_version AS sglang_version,
     r.aux_layer_ids,
+    -- simulated acceptance: SGLANG_SIMULATE_ACC_LEN (sim_cfg) or vLLM's synthetic rejection
+    -- sampling (server_configs.simulated); false = the log shows no simulation
+    (coalesce(c.simulated, false) OR coalesce(vc.simulated, false)
+     OR CASE WHEN p.config_offset IS NOT NULL THEN sc.source_id IS NOT NULL
+             ELSE coalesce(rsim.simulated, false) END) AS simulated,
     p.dp_ranks, coalesce(p.windows, vl.windows, 0) AS windows,
     coalesce(p.accept_len, vl.accept_len) AS accept_len, vl.accept_rate AS vllm_accept_rate,
     p.accept_rate_printed, coalesce(p.gen_throughput_tok_s, vt.gen_tok_s) AS gen_throughput_tok_s,
@@ -215,6 +240,8 @@ WITH kept AS (
   LEFT JOIN vllm vl ON vl.run_id = r.run_id LEFT JOIN vllm_tput vt ON vt.run_id = r.run_id
   LEFT JOIN vcfg vc ON vc.run_id = r.run_id
   LEFT JOIN req ON req.run_id = r.run_id
+  LEFT JOIN sim_cfg sc ON sc.source_id = p.config_source_id AND sc.byte_offset = p.config_offset
+  LEFT JOIN run_sim rsim ON rsim.run_id = r.run_id
 ), grouped AS (
   SELECT *,
     CASE WHEN vllm_accept_rate IS NOT NULL THEN vllm_accept_rate
@@ -251,6 +278,10 @@ FROM grouped
 #   versions differ), other-day (sweep runs made on
 #   different days), sampling-unknown (either side has no fingerprint: an ingested log).
 #     sampling-differs  the only candidates ran other sampling settings: NOT compared (no speedup).
+#     simulated-vs-real the group's acceptance is simulated (SGLANG_SIMULATE_ACC_LEN, vLLM synthetic
+#                       rejection sampling: run_metrics.simulated) and the only candidates' is not:
+#                       NOT compared (no speedup); real-vs-simulated the other way round. A
+#                       simulated group is compared only with baselines simulated alike.
 #
 # config_stats (one row per group). n = repeats = ok runs with a client tok/s. Formulas:
 #   output_tok_s_mean   = Σ x_i / n over the repeats' client tok/s x_i
@@ -296,6 +327,8 @@ FROM grouped
 #   its interval lies above every other candidate's (no overlap); else winner is NULL and
 #   `note` says "no clear winner: A and B overlap" (B = the rival whose interval reaches highest).
 #   `losers` lists the configs whose verdict is 'loses'.
+#   Simulated-acceptance groups (run_groups.simulated) are ranked apart from real ones: one row
+#   per sweep, concurrency and `simulated`.
 # ---------------------------------------------------------------------------------------------
 
 # Two-sided 95 % Student t quantiles t(0.975, df), from tables (checked against scipy in
@@ -334,6 +367,7 @@ SELECT group_id,
   any_value(sglang_version) AS sglang_version, any_value(engine) AS engine,
   any_value(node_hostname) AS node_hostname,
   bool_and(speculative_algorithm IS NULL) AS is_baseline,
+  coalesce(bool_or(simulated), false) AS simulated,
   min(created_at) AS first_created_at, max(created_at) AS last_created_at,
   count(*) FILTER (WHERE {OK} AND (output_tok_s IS NOT NULL OR gen_throughput_tok_s IS NOT NULL))
     AS runs_with_throughput
@@ -345,6 +379,8 @@ CREATE OR REPLACE VIEW group_baselines AS
 WITH cand AS (
   SELECT s.group_id, b.group_id AS candidate_group_id,
     coalesce(s.sampling_fingerprint <> b.sampling_fingerprint, false) AS sampling_differs,
+    s.simulated <> b.simulated AS simulation_differs,
+    s.simulated AS s_simulated,
     (s.sweep_name IS NOT NULL AND s.sweep_name = b.sweep_name) AS same_sweep,
     concat_ws('+',
       CASE WHEN s.sweep_name IS NOT NULL AND s.sweep_name = b.sweep_name THEN 'same-sweep'
@@ -359,6 +395,7 @@ WITH cand AS (
       CASE WHEN s.sampling_fingerprint IS NULL OR b.sampling_fingerprint IS NULL
            THEN 'sampling-unknown' END) AS match_kind,
     row_number() OVER (PARTITION BY s.group_id ORDER BY
+      s.simulated <> b.simulated,
       coalesce(s.sampling_fingerprint <> b.sampling_fingerprint, false),
       (b.group_id = s.group_id) DESC,
       (s.sweep_name IS NOT NULL AND s.sweep_name = b.sweep_name) DESC,
@@ -373,9 +410,13 @@ WITH cand AS (
    AND b.concurrency IS NOT DISTINCT FROM s.concurrency
 )
 SELECT group_id,
-  CASE WHEN NOT sampling_differs THEN candidate_group_id END AS baseline_group_id,
-  CASE WHEN sampling_differs THEN candidate_group_id END AS differing_baseline_group_id,
-  CASE WHEN sampling_differs THEN 'sampling-differs'
+  CASE WHEN NOT (sampling_differs OR simulation_differs) THEN candidate_group_id END
+    AS baseline_group_id,
+  CASE WHEN sampling_differs OR simulation_differs THEN candidate_group_id END
+    AS differing_baseline_group_id,
+  CASE WHEN simulation_differs AND s_simulated THEN 'simulated-vs-real'
+       WHEN simulation_differs THEN 'real-vs-simulated'
+       WHEN sampling_differs THEN 'sampling-differs'
        WHEN candidate_group_id = group_id THEN 'self'
        ELSE match_kind END AS baseline_match
 FROM cand WHERE pick = 1
@@ -524,6 +565,13 @@ SELECT * EXCLUDE (lx, sx, nx, ly, sy, ny, var_x, var_y, d_mean, d_sd, log_tok_s_
        ELSE 'unclear' END AS verdict,
   CASE WHEN is_baseline THEN 'the no-speculation baseline itself'
        WHEN runs_with_throughput = 0 AND runs_failed > 0 THEN 'every run failed: ' || failure_reasons
+       WHEN baseline_match = 'simulated-vs-real' THEN
+         'not compared: this config''s acceptance is simulated (SGLANG_SIMULATE_ACC_LEN or vLLM '
+         || 'synthetic rejection sampling) and the only baseline ran real acceptance; measure a '
+         || 'baseline launched with the same simulation, or drop the simulation'
+       WHEN baseline_match = 'real-vs-simulated' THEN
+         'not compared: the only baseline ran with simulated acceptance (SGLANG_SIMULATE_ACC_LEN '
+         || 'or vLLM synthetic rejection sampling); measure a baseline without it'
        WHEN baseline_match = 'sampling-differs' THEN
          'not compared: the only baseline of this model, TP/DP/PP and concurrency ran other '
          || 'sampling settings (sampling_fingerprint); measure one with the same workload'
@@ -542,26 +590,26 @@ FROM bounds
 VIEWS.append("""
 CREATE OR REPLACE VIEW concurrency_winners AS
 WITH c AS (
-  SELECT sweep_name, concurrency, config, verdict, speedup, is_baseline,
+  SELECT sweep_name, concurrency, simulated, config, verdict, speedup, is_baseline,
     speedup_ci_low AS lo, speedup_ci_high AS hi
   FROM config_stats
   WHERE sweep_name IS NOT NULL AND speedup IS NOT NULL
 ), r AS (
-  SELECT *, row_number() OVER (PARTITION BY sweep_name, concurrency
+  SELECT *, row_number() OVER (PARTITION BY sweep_name, concurrency, simulated
                                ORDER BY speedup DESC, config) AS rk
   FROM c
 ), rival AS (
-  SELECT sweep_name, concurrency,
+  SELECT sweep_name, concurrency, simulated,
     arg_max(config, coalesce(hi, 'Infinity'::DOUBLE)) AS rival,
     bool_or(hi IS NULL) AS rival_open, max(hi) AS rival_hi
   FROM r WHERE rk > 1 GROUP BY ALL
 ), losers AS (
-  SELECT sweep_name, concurrency,
+  SELECT sweep_name, concurrency, simulated,
     list(config ORDER BY config) FILTER (WHERE verdict = 'loses') AS losers,
     count(*) FILTER (WHERE verdict <> 'baseline') AS configs
   FROM c GROUP BY ALL
 )
-SELECT t.sweep_name, t.concurrency,
+SELECT t.sweep_name, t.concurrency, t.simulated,
   CASE WHEN coalesce(l.configs, 0) > 0 AND t.lo IS NOT NULL AND NOT coalesce(v.rival_open, false)
         AND (v.rival_hi IS NULL OR t.lo > v.rival_hi) THEN t.config END AS winner,
   t.config AS best_config, t.speedup AS best_speedup, t.lo AS best_speedup_ci_low,
@@ -576,8 +624,8 @@ SELECT t.sweep_name, t.concurrency,
        WHEN v.rival_hi IS NULL OR t.lo > v.rival_hi THEN
          t.config || ' wins: its interval lies above every other config''s'
        ELSE 'no clear winner: ' || t.config || ' and ' || v.rival || ' overlap' END AS note
-FROM r t LEFT JOIN rival v USING (sweep_name, concurrency)
-LEFT JOIN losers l USING (sweep_name, concurrency)
+FROM r t LEFT JOIN rival v USING (sweep_name, concurrency, simulated)
+LEFT JOIN losers l USING (sweep_name, concurrency, simulated)
 WHERE t.rk = 1
 """)
 

@@ -264,7 +264,8 @@ def view_compare(db: str, run_ids: tuple, refresh_s: int | None) -> None:
         note = g["winner_note"].dropna()
         head = _group_title(sweep, conc)
         st.markdown(f"**{head}**" + (f" — {note.iloc[0]}" if len(note) else ""))
-        g = g.sort_values(["is_baseline", "speedup"], ascending=[True, False], na_position="last")
+        g = g.assign(_last=g["verdict"] == "baseline").sort_values(
+            ["_last", "speedup"], ascending=[True, False], na_position="last")
         key = f"cmp_table_{sweep}_{conc}"
         st.dataframe(g[cols], column_config=config, hide_index=True, placeholder="—",
                      height=min(38 + 35 * len(g), 400), key=key)
@@ -390,7 +391,7 @@ def view_timeseries(db: str, run_ids: tuple, refresh_s: int | None) -> None:
 def _default_series(runs: pd.DataFrame, limit: int = 8) -> list[str]:
     """The latest sweep's runs (first repeat of each config and concurrency), up to `limit`;
     without sweeps, the latest runs."""
-    sweeps = runs[runs["sweep_name"].notna()]
+    sweeps = runs[runs["sweep_name"].notna() & runs["status"].fillna("ok").eq("ok")]
     if sweeps.empty:
         return runs.sort_values("created_at")["run_id"].tail(limit).tolist()
     latest = sweeps.loc[sweeps["created_at"].idxmax(), "sweep_name"]

@@ -319,7 +319,9 @@ FROM grouped
 #   verdict             = 'pays' when speedup_ci_low > 1, 'loses' when speedup_ci_high < 1,
 #                         'unclear' otherwise (interval contains 1, fewer than 2 repeats, no
 #                         comparable baseline); 'baseline' for a baseline's own row (speedup 1);
-#                         'failed' when no run of the group measured anything.
+#                         'failed' when no run of the group measured anything; 'interrupted'
+#                         when no run measured anything and every run that is not ok was
+#                         interrupted (runs.status; Ctrl-C, SIGTERM, a stopped Ray worker).
 #   verdict_reason      = why, in words.
 #
 # concurrency_winners (one row per sweep and concurrency): candidates are the configs with a
@@ -460,6 +462,7 @@ WITH per AS (
   SELECT group_id,
     count(*) AS runs,
     count(*) FILTER (WHERE NOT ({OK})) AS runs_failed,
+    count(*) FILTER (WHERE status = 'interrupted') AS runs_interrupted,
     count(output_tok_s) FILTER (WHERE {OK}) AS repeats,
     avg(output_tok_s) FILTER (WHERE {OK}) AS output_tok_s_mean,
     median(output_tok_s) FILTER (WHERE {OK}) AS output_tok_s_median,
@@ -559,11 +562,16 @@ WITH per AS (
 SELECT * EXCLUDE (lx, sx, nx, ly, sy, ny, var_x, var_y, d_mean, d_sd, log_tok_s_mean,
                  log_tok_s_sd, log_gen_mean, log_gen_sd),
   CASE WHEN is_baseline THEN 'baseline'
+       WHEN runs_with_throughput = 0 AND runs_failed > 0 AND runs_interrupted = runs_failed
+       THEN 'interrupted'
        WHEN runs_with_throughput = 0 AND runs_failed > 0 THEN 'failed'
        WHEN speedup_ci_low > 1 THEN 'pays'
        WHEN speedup_ci_high < 1 THEN 'loses'
        ELSE 'unclear' END AS verdict,
   CASE WHEN is_baseline THEN 'the no-speculation baseline itself'
+       WHEN runs_with_throughput = 0 AND runs_failed > 0 AND runs_interrupted = runs_failed
+       THEN 'every run was interrupted (Ctrl-C or SIGTERM) before it measured anything: not a '
+            || 'failure of the config; re-run the sweep to measure it'
        WHEN runs_with_throughput = 0 AND runs_failed > 0 THEN 'every run failed: ' || failure_reasons
        WHEN baseline_match = 'simulated-vs-real' THEN
          'not compared: this config''s acceptance is simulated (SGLANG_SIMULATE_ACC_LEN or vLLM '
@@ -636,19 +644,16 @@ SELECT run_id, run_name, config_offset, low_accept_len, slower_than_baseline FRO
 
 # config_pareto (one row per measurement group, dashboard's Pareto chart; issue 16): the trade-off
 # serving engineers tune, total throughput against what one user sees.
-#   output_tok_s_mean   = config_stats.output_tok_s_mean (client, all requests together)
+#   (x axis: config_stats.output_tok_s_mean, client, all requests together; join on group_id)
 #   per_user_tok_s      = mean over ok repeats of 1000 / tpot_ms_p50: the median request's decode
 #                         speed in tokens per second (TPOT = (e2e − TTFT) / (output tokens − 1));
 #                         NULL without client latencies (ingested logs)
 VIEWS.append(f"""
 CREATE OR REPLACE VIEW config_pareto AS
-SELECT s.group_id, s.sweep_name, s.config, s.concurrency, s.is_baseline, s.verdict, s.repeats,
-  s.output_tok_s_mean, s.output_tok_s_ci_low, s.output_tok_s_ci_high, s.speedup,
-  p.per_user_tok_s, p.tpot_ms_p50_mean
-FROM config_stats s LEFT JOIN (
-  SELECT group_id, avg(1000.0 / nullif(tpot_ms_p50, 0)) FILTER (WHERE {OK}) AS per_user_tok_s,
-    avg(tpot_ms_p50) FILTER (WHERE {OK}) AS tpot_ms_p50_mean
-  FROM run_metrics GROUP BY group_id) p USING (group_id)
+-- per group; join config_stats on group_id for output_tok_s_mean (kept apart: one evaluation)
+SELECT group_id, avg(1000.0 / nullif(tpot_ms_p50, 0)) FILTER (WHERE {OK}) AS per_user_tok_s,
+  avg(tpot_ms_p50) FILTER (WHERE {OK}) AS tpot_ms_p50_mean
+FROM run_metrics GROUP BY group_id
 """)
 
 # accept_positions (one row per run and draft position k = 1, 2, ...; issue 16):

@@ -113,7 +113,7 @@ def build_fixture_db(path: Path) -> Path:
         # A failed run: the findings view must say so.
         store.upsert_run(con, {"run_id": sweep_run_id("eagle3-s8k8", 4), "run_name": "eagle3-s8k8-c4",
                                "origin": "sweep", "sweep_name": SWEEP, "config_name": "eagle3-s8k8",
-                               "concurrency": 4, "status": "failed",
+                               "concurrency": 4, "status": "failed", "speculative_algorithm": "EAGLE3",
                                "failure_reason": "server exited 1 before ready: CUDA out of memory"})
         store.insert(con, "alerts", {
             "run_id": [sweep_run_id("eagle3-wrong-aux", 1)], "source_id": [sources[
@@ -219,7 +219,7 @@ def test_compare_groups_by_concurrency_sorted_by_speedup_with_verdicts_and_winne
 def test_compare_column_help_is_the_readme_glossary(app):
     import re
     at = app()
-    node = [n for n in at.get("arrow_data_frame") if "speedup_text" in n.value.columns][-1]
+    node = [n for n in at.dataframe if "speedup_text" in n.value.columns][-1]
     cfg = json.loads(node.proto.columns)
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Reading the report", 1)[1]
@@ -255,7 +255,8 @@ def test_sidebar_picks_sweeps_and_runs(app):
     assert at.multiselect(key="scopes").options == ["(ingested logs)", SWEEP]
     at.multiselect(key="scopes").set_value([SWEEP]).run()
     healthy(at)
-    assert set(stats_rows(at)["sweep_name"]) == {SWEEP}
+    assert {c.removeprefix("🏆 ") for c in stats_rows(at)["config_shown"]} == {
+        "baseline", "eagle3-s3k1", "eagle3-s5k4", "eagle3-wrong-aux", "eagle3-s8k8"}
     at.multiselect(key="runs").set_value([sweep_run_id("eagle3-s3k1", 1),
                                           sweep_run_id("baseline", 1)]).run()
     t = stats_rows(at)
@@ -394,7 +395,6 @@ def test_findings_are_doctors_with_its_counts_failed_runs_and_alerts(app, fixtur
 
 def test_sql_box_is_read_only_and_row_capped(app, fixture_db):
     before = query.run_sql(fixture_db, "SELECT count(*) FROM runs").rows[0][0]
-    assert before == 10 + 4 * 2 * REPEATS + 1     # sample logs with metric lines, sweep, failed run
     at = app("SQL")
     healthy(at)
     assert "accept_len" in table_with(at, "accept_len").columns      # the default query ran
@@ -437,7 +437,7 @@ def test_reads_wait_for_a_writer_instead_of_failing(app, fixture_db, tmp_path):
             time.sleep(0.02)
         at = app()
         healthy(at)
-        assert "eagle3-s3k1" in set(stats_rows(at)["config"])
+        assert "eagle3-s3k1" in set(stats_rows(at)["config_shown"])
     finally:
         holder.wait(10)
 
@@ -449,7 +449,7 @@ def test_writer_holding_past_the_read_wait_shows_last_data_and_a_quiet_note(app,
     import sys
     import time
     at = app()
-    assert "eagle3-s3k1" in set(stats_rows(at)["config"])
+    assert "eagle3-s3k1" in set(stats_rows(at)["config_shown"])
     ready = tmp_path / "locked"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import duckdb, pathlib, time\n"
@@ -463,7 +463,7 @@ def test_writer_holding_past_the_read_wait_shows_last_data_and_a_quiet_note(app,
             time.sleep(0.02)
         at.run(timeout=60)
         assert not at.exception and not at.error
-        assert "eagle3-s3k1" in set(stats_rows(at)["config"])
+        assert "eagle3-s3k1" in set(stats_rows(at)["config_shown"])
         assert any("Waiting for the writer" in c.value for c in at.caption)
     finally:
         holder.wait(30)

@@ -13,7 +13,8 @@ with code -9" hides e.g. a scheduler's `torch.OutOfMemoryError`. The cause is, i
    `Initialization failed. warmup error: ...`, the built-in engine's load or listen errors.
 
 `decode_lines(path, lo, hi)` counts SGLang decode-window lines in a byte range of a log (a run
-whose longest request took more decode steps than --decode-log-interval must have one).
+whose longest request took more decode steps than --decode-log-interval must have one), by the
+parser's header routing (`parse.parse_line`), never by a substring.
 
 Not here: ingesting the log (see `ingest`), deciding a run's status (see `measure`).
 """
@@ -22,6 +23,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+
+from specwatch import parse
 
 MAX_BYTES = 256 * 1024
 MAX_CHARS = 300
@@ -97,26 +100,32 @@ def failure_cause(log_path: str | Path) -> str | None:
     return None
 
 
-DECODE_MARK = b"Decode batch"   # every SGLang decode-window line (LOG_FORMATS), the built-in's too
+DECODE_MARK = b"Decode batch"   # cheap prefilter; the parser decides what is a decode window
 
 
 def decode_lines(path: str | Path, lo: int | None, hi: int | None) -> int:
-    """How many decode-window lines the log holds in bytes [lo, hi)."""
+    """How many SGLang decode-window lines start in bytes [lo, hi) of the log: lines the parser
+    routes as `sglang_decode` by their header (`parse.parse_line(...).kind`), stored or rejected
+    as broken (a decode line cut short still shows that the server logged here). A line cut by
+    `lo` is not counted; lookalikes (TokenSpeed's `Decode batch.`, a traceback's source line
+    holding `Decode batch`, a mention inside another message) are not decode lines."""
     if lo is None or hi is None or hi <= lo:
         return 0
-    n, carry = 0, b""
+    n = 0
     try:
         with open(path, "rb") as fh:
-            fh.seek(lo)
-            left = hi - lo
-            while left > 0:
-                chunk = fh.read(min(left, 1 << 20))
-                if not chunk:
+            if lo > 0:
+                fh.seek(lo - 1)
+                if fh.read(1) != b"\n":
+                    fh.readline()          # the rest of a line that started before lo
+            while fh.tell() < hi:
+                line = fh.readline()
+                if not line:
                     break
-                left -= len(chunk)
-                data = carry + chunk
-                n += data.count(DECODE_MARK)
-                carry = data[-(len(DECODE_MARK) - 1):]   # too short to hold a whole mark
+                if DECODE_MARK in line:
+                    rec = parse.parse_line(line.decode("utf-8", errors="replace"))
+                    if rec is not None and rec.kind == "sglang_decode":
+                        n += 1
     except OSError:
         return 0
     return n

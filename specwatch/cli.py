@@ -318,11 +318,13 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
         res = query.report(db, sweep=spec.name)
         rep = query.stats_report(db, sweep=spec.name)
         failed = sweep.failed_configs(db, spec)
+        interrupted = sweep.interrupted_configs(db, spec)
     except (sweep.SweepError, store.StoreError, query.QueryError) as exc:
         raise click.ClickException(str(exc))
     if as_json:
         payload = {
             "sweep": spec.name, "interrupted": result.interrupted, "failed_configs": failed,
+            "interrupted_configs": interrupted,
             "configs": [o.summary() for o in result.outcomes],
             "up_to_date": result.up_to_date,
             "skipped": [dataclasses.asdict(s) for s in result.skipped],
@@ -339,7 +341,10 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
         if failed:
             click.echo(f"failed configs (see failure_reason in runs; re-run to retry): "
                        f"{', '.join(failed)}", err=True)
-    sys.exit(130 if result.interrupted else 1 if failed else 0)
+        if interrupted:
+            click.echo(f"interrupted configs (re-run to measure): {', '.join(interrupted)}",
+                       err=True)
+    sys.exit(130 if result.interrupted else 1 if failed or interrupted else 0)
 
 
 @cli.command()

@@ -104,15 +104,28 @@ def interleave(sweep: Sweep, todo: list[tuple[Config, list[RunKey]]], seed: int
     return out
 
 
-def failed_configs(db: str, sweep: Sweep) -> list[str]:
-    """Configs of this sweep with a run that is not `ok` in the database (exit status)."""
+def _not_ok_configs(db: str, sweep: Sweep, interrupted: bool) -> list[str]:
     if not Path(db).exists():
         return []
     names = [c.name for c in sweep.configs]
     with store.reader(db) as con:
-        got = con.execute("SELECT DISTINCT config_name FROM runs WHERE sweep_name = ? AND "
-                          "status <> 'ok' ORDER BY 1", [sweep.name]).fetchall()
+        got = con.execute(
+            "SELECT config_name FROM runs WHERE sweep_name = ? AND status <> 'ok' GROUP BY 1 "
+            "HAVING bool_and(status = 'interrupted') = ? ORDER BY 1",
+            [sweep.name, interrupted]).fetchall()
     return [n for (n,) in got if n in names]
+
+
+def failed_configs(db: str, sweep: Sweep) -> list[str]:
+    """Configs of this sweep with a run that is not `ok` in the database, other than the ones
+    whose every such run was only interrupted (`interrupted_configs`). Exit status."""
+    return _not_ok_configs(db, sweep, interrupted=False)
+
+
+def interrupted_configs(db: str, sweep: Sweep) -> list[str]:
+    """Configs of this sweep whose runs that are not `ok` were all `interrupted` (Ctrl-C,
+    SIGTERM, a stopped Ray worker): nothing is wrong with them; re-running measures them."""
+    return _not_ok_configs(db, sweep, interrupted=True)
 
 
 def parse_gpus(text: str | None) -> tuple[int, ...] | None:

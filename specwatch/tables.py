@@ -161,7 +161,8 @@ def print_report(rep, out=None, fmt: str = "table", wide: bool = False,
 
 HEADERS = ["config", "c", "n", "accept len", "accept rate", "tok/s ± 95%", "speedup [95% CI]",
            "verdict"]
-STYLE = {"pays": "green", "loses": "red", "unclear": "yellow", "failed": "red"}
+STYLE = {"pays": "green", "loses": "red", "unclear": "yellow", "failed": "red",
+         "interrupted": "yellow"}
 
 
 def _cells(r: dict) -> list[str]:

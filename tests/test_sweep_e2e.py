@@ -252,6 +252,9 @@ def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path, sig):
     assert got[1] == "ok" and got[2] == "interrupted", rows(
         db, "SELECT concurrency, status, failure_reason FROM runs")
     assert signal.Signals(sig).name in "".join(lines) + err     # said what stopped it
+    # the cut config is listed as interrupted (re-run to measure), not as failed
+    assert "interrupted configs (re-run to measure): baseline" in err and \
+        "failed configs" not in err, err
     # the verdict table is still printed (baseline row at c=1)
     assert any(ln.split()[:2] == ["baseline", "1"] for ln in out.splitlines()), out
     assert leftovers(tmp_path) == []

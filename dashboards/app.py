@@ -354,7 +354,7 @@ def view_timeseries(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     if runs.empty:
         st.info("No runs selected.")
         return r.note(refresh_s)
-    names = {rid: (f"{c or n}" + (f" @c{int(k)}" if pd.notna(k) else "")
+    names = {rid: (f"{c if pd.notna(c) else n}" + (f" @c{int(k)}" if pd.notna(k) else "")
                    + (f" r{int(i)}" if pd.notna(i) and i else ""))
              for rid, c, n, k, i in zip(runs["run_id"], runs["config_name"], runs["run_name"],
                                         runs["concurrency"], runs["repeat_idx"])}
@@ -579,7 +579,7 @@ def sidebar(db: str) -> tuple[tuple, int | None, int]:
     scopes = list(dict.fromkeys(runs["scope"]))
     picked = st.sidebar.multiselect("Sweeps", scopes, default=scopes, key="scopes")
     in_scope = runs[runs["scope"].isin(picked)]
-    label = {rid: (f"{c or n}" + (f" @c{int(k)}" if pd.notna(k) else ""))
+    label = {rid: (f"{c if pd.notna(c) else n}" + (f" @c{int(k)}" if pd.notna(k) else ""))
              for rid, c, n, k in zip(in_scope["run_id"], in_scope["config_name"],
                                      in_scope["run_name"], in_scope["concurrency"])}
     chosen = st.sidebar.multiselect("Runs (empty = all in these sweeps)", list(label),

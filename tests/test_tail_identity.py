@@ -275,3 +275,19 @@ def test_a_directory_is_refused_with_a_reason(env):
     db, log = env
     with pytest.raises(tail.TailError, match="is a directory"):
         once(db, log.parent)
+
+
+def test_rename_rotation_compressed_while_stopped_drains_the_gz(env):
+    """logrotate with `compress`: server.log -> server.log.1.gz while tail was down; the unread
+    end of the old file is read from the .gz, nothing twice."""
+    import gzip
+    db, log = env
+    write(log, range(30))
+    once(db, log)
+    write(log, range(30, 40))               # not read before the rotation
+    with open(log, "rb") as src, gzip.open(str(log) + ".1.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.unlink(log)
+    write(log, range(40, 45))
+    once(db, log)
+    assert_exactly(db, range(45))

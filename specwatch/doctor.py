@@ -493,7 +493,9 @@ def check_speed(ctx: _Ctx, row: dict, blocker: str | None = None) -> list[Findin
 def check_accept_rate(ctx: _Ctx, row: dict) -> list[Finding]:
     al, pr, ar = row.get("accept_len"), row.get("accept_rate_printed"), row.get("accept_rate")
     ndt, steps = row.get("speculative_num_draft_tokens"), row.get("speculative_num_steps")
-    if None in (al, pr, ar) or abs(pr - ar) <= RATE_DEF_TOL:
+    # Without the draft-token count the comparable rate is not SGLang's (accept_len-1)/(N-1) (a
+    # pasted log mixing vLLM windows, say): nothing to compare the printed rate with.
+    if None in (al, pr, ar, ndt) or abs(pr - ar) <= RATE_DEF_TOL:
         return []
     if steps is not None and abs(pr - al / (steps + 1)) <= RATE_DEF_TOL:
         how = f"accept_len / (steps+1) = {al:.3f}/{steps + 1}, bonus token included (SGLang 0.5.4-0.5.5"
@@ -615,8 +617,9 @@ def check_first_window(ctx: _Ctx, row: dict, ws: list[dict]) -> list[Finding]:
     if not only:
         return []
     nums = {"ranks_with_one_window": len(only),
-            "gen_throughput_tok_s": [w["gen_throughput_tok_s"] for w in only],
-            "accept_len": [w["accept_len"] for w in only]}
+            # per rank, the only window's values: not the run's summary (named apart from it)
+            "first_window_gen_throughput_tok_s": [w["gen_throughput_tok_s"] for w in only],
+            "first_window_accept_len": [w["accept_len"] for w in only]}
     return [Finding(row["run_id"], row["run_name"], "first_window_contaminated", "warning",
                     "the summary rests on a single decode window per rank, the first after idle, whose "
                     "throughput includes warm-up/idle time and whose accept length can mix earlier steps",

@@ -56,6 +56,8 @@ COMPARE_COLUMNS = [
 ]
 FORMATS = {"accept_len": "%.2f", "accept_rate": "percent", "per_user_tok_s": "%.1f",
            "ttft_ms_p50_mean": "%.1f", "repeats": "%d"}
+# Narrow columns whose values are short, so the default columns fit a 1400 px window unscrolled.
+WIDTHS = {"repeats": "small", "baseline_match": "small"}
 VERDICT_MARK = {"pays": "✅ pays", "loses": "❌ loses", "unclear": "❔ unclear",
                 "baseline": "baseline", "failed": "⚠ failed"}
 
@@ -253,9 +255,11 @@ def view_compare(db: str, run_ids: tuple, refresh_s: int | None) -> None:
         help_ = column_help(term)
         src = {"config": "config_shown", "verdict": "verdict_shown"}.get(c, c)
         if c in FORMATS:
-            config[src] = st.column_config.NumberColumn(label, format=FORMATS[c], help=help_)
+            config[src] = st.column_config.NumberColumn(label, format=FORMATS[c], help=help_,
+                                                        width=WIDTHS.get(c))
         else:
-            config[src] = st.column_config.TextColumn(label, help=help_, pinned=c == "config")
+            config[src] = st.column_config.TextColumn(label, help=help_, pinned=c == "config",
+                                                      width=WIDTHS.get(c))
     cols = [{"config": "config_shown", "verdict": "verdict_shown"}.get(c, c) for c in shown]
     if all_cols:
         hidden = {"config_shown", "verdict_shown", "speedup_text", "tok_s_text", "is_winner"}

@@ -45,17 +45,19 @@ _FATAL = [re.compile(p) for p in (
     r"CUDA error: .*", r"Address already in use.*")]
 
 
-def _tail_lines(path: str | Path) -> list[str]:
+def tail_lines(path: str | Path, max_bytes: int = MAX_BYTES) -> list[str]:
+    """The lines of a log file's last `max_bytes` (the first dropped when it is probably cut);
+    [] when the file cannot be read."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - MAX_BYTES))
+            fh.seek(max(0, size - max_bytes))
             data = fh.read()
     except OSError:
         return []
     lines = data.decode("utf-8", errors="replace").splitlines()
-    return lines[1:] if size > MAX_BYTES and lines else lines
+    return lines[1:] if size > max_bytes and lines else lines
 
 
 def _short(text: str) -> str:
@@ -84,7 +86,7 @@ def exception_lines(lines: list[str]) -> list[str]:
 
 def failure_cause(log_path: str | Path) -> str | None:
     """The real cause of a server's death from the end of its log, or None if it says none."""
-    lines = _tail_lines(log_path)
+    lines = tail_lines(log_path)
     for exc in reversed(exception_lines(lines)):
         name = _EXC_LINE.match(exc).group(1)
         if name not in _SECONDARY and name.rsplit(".", 1)[-1] not in _SECONDARY:

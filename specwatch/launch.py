@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specwatch import ports, procs
-from specwatch.failure import decode_lines, failure_cause  # noqa: F401 (this module's interface)
+from specwatch.failure import decode_lines, failure_cause, tail_lines  # noqa: F401 (this module's interface)
 from specwatch.ports import (  # noqa: F401 (same)
     PORT_HIGH, PORT_LOW, SIDE_OFFSETS, block_free, ephemeral_range, port_free, side_ports)
 from specwatch.procs import listener_owned, reap_stale  # noqa: F401 (same)
@@ -233,18 +233,7 @@ def draft_with_aux(c: Config, run_dir: Path) -> str:
 
 def log_tail(path: str | Path, max_lines: int = 40, max_bytes: int = 16384) -> str:
     """The last lines of a log file (for failure rows)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
-    except OSError:
-        return ""
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if size > max_bytes and lines:
-        lines = lines[1:]   # the first one is probably cut
-    return "\n".join(lines[-max_lines:])
+    return "\n".join(tail_lines(path, max_bytes)[-max_lines:])
 
 
 _descendants = procs.descendants

@@ -141,12 +141,18 @@ def test_ray_sweep_matches_local_and_records_nodes(cluster, tmp_path):
     # 3 configs on 2 nodes x 2 GPUs: both nodes were used, and runs of different configs
     # overlapped in time (they ran concurrently)
     assert len({r["ray_node_id"] for r in got.values()}) == 2
+    # A task's span: from its server's start (the server_args line's timestamp in the log it
+    # returned) to its last run's end. Load windows alone are too short to overlap reliably on
+    # a quiet machine (each config's runs last ~1 s after a ~4 s start-up).
+    starts = {x["config_name"]: x["t0"] for x in rows(ray_db, """
+        SELECT r.config_name, min(sc.ts) AS t0 FROM runs r JOIN run_sources rs USING (run_id)
+        JOIN server_configs sc ON sc.source_id = rs.source_id GROUP BY 1""")}
     spans = {}
     for r in got.values():
-        lo, hi = spans.get(r["config_name"], (r["started_at"], r["ended_at"]))
-        spans[r["config_name"]] = (min(lo, r["started_at"]), max(hi, r["ended_at"]))
+        lo, hi = spans.get(r["config_name"], (starts[r["config_name"]], r["ended_at"]))
+        spans[r["config_name"]] = (lo, max(hi, r["ended_at"]))
     (a, b, cc) = sorted(spans.values())
-    assert a[1] > b[0] or b[1] > cc[0]
+    assert a[1] > b[0] or b[1] > cc[0], spans
     # the per-run Parquet files read back as the runs
     import duckdb
     pq = duckdb.sql(f"SELECT count(*), count(DISTINCT run_id) FROM read_parquet("

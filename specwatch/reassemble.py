@@ -245,15 +245,19 @@ def feed_chunk(r: Reassembler, data: bytes, start_offset: int, start_line: int,
                     break
             else:
                 continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            if bad_utf8 is not None:
-                bad_utf8.append(line_no)
-        for lg in r.feed(line_no, here, text):
+        for lg in r.feed(line_no, here, _text(raw, line_no, bad_utf8)):
             if lg.result is not None:
                 yield lg
+
+
+def _text(raw: bytes, line_no: int, bad_utf8: list[int] | None) -> str:
+    """A line's text; invalid UTF-8 read with replacement characters and its number noted."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        if bad_utf8 is not None:
+            bad_utf8.append(line_no)
+        return raw.decode("utf-8", errors="replace")
 
 
 def parse_stream(raw_lines: Iterable[bytes], bad_utf8: list[int] | None = None
@@ -267,13 +271,7 @@ def parse_stream(raw_lines: Iterable[bytes], bad_utf8: list[int] | None = None
     for line_no, raw in enumerate(raw_lines, 1):
         if not raw.endswith(b"\n"):
             break
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            if bad_utf8 is not None:
-                bad_utf8.append(line_no)
-        for lg in r.feed(line_no, offset, text):
+        for lg in r.feed(line_no, offset, _text(raw, line_no, bad_utf8)):
             if lg.result is not None:
                 yield lg
         offset += len(raw)

@@ -311,7 +311,8 @@ def test_example_sweep_findings_compare_pareto_time_series(example_dashboard, pa
     verdicts = query.run_sql(db, "SELECT DISTINCT verdict FROM config_stats WHERE config = "
                                  "'eagle3-s3k1d4-shifted'").rows
     marks = {"pays": "✅ pays", "loses": "❌ loses", "unclear": "❔ unclear"}
-    assert {marks[v] for (v,) in verdicts} <= set(_cells(page))     # as config_stats says
+    for (v,) in verdicts:       # as config_stats says; waited for (the grid renders after the text)
+        _wait_cell(page, marks[v])
     page.screenshot(path=str(SHOTS / "example-compare.png"), full_page=True)
 
     _open(page, url, "Pareto")

@@ -248,7 +248,7 @@ def test_live_refresh_while_a_writer_works(dashboard, page):
 
 
 # ------------------------------------------------------------------------------------------------
-# The README's example sweep, really run (built-in engine, 3 repeats so that verdicts and winners
+# The README's example sweep, really run (built-in engine, 5 repeats so that verdicts and winners
 # can be named), served by `specwatch dashboard` and read in Chromium. Screenshots:
 #   example-findings.png   doctor's findings: the shifted config's wrong aux layer ids
 #   example-compare.png    the verdict table per concurrency, its winner line and 🏆 row
@@ -263,7 +263,7 @@ def example_dashboard(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("example")
     sweep = tmp / "builtin_sweep.toml"
     from specwatch import sweepfile
-    assert sweepfile.load(str(EXAMPLE)).repeats == 3    # the README's example, as it is
+    assert sweepfile.load(str(EXAMPLE)).repeats >= 3    # the README's example, as it is
     sweep.write_text(EXAMPLE.read_text())
     db = tmp / "example.duckdb"
     env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="120")

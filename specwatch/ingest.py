@@ -437,7 +437,7 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
             ing = FileIngestor(db, path, run_id, chunk_bytes=BULK_CHUNK_BYTES, overlap=True)
             try:
                 res = ing.poll()
-                if ing._src is not None and run_id not in ing._attached:
+                if ing._src is not None and ing._src.source_id not in ing._attached:
                     with store.writer(db) as con:  # a re-run still (re)attaches the source
                         store.attach_source(con, run_id, ing._src.source_id)
             finally:

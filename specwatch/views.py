@@ -47,7 +47,8 @@ IDLE_GAP_S = 60
 
 
 def scoped_windows_sql(where: str = "") -> str:
-    """The decode windows of each run with their server config, `after_idle` and `rank_windows`:
+    """The decode windows of each run with their server config, `after_idle`, `rank_windows` and
+    `window_idx` (1 for the partition's first window, in byte order):
     the one definition, used by the view `decode_windows_scoped` (no `where`) and by
     specwatch/summaries.py for a few runs or a source's newest windows (`where` filters the joined
     rows, aliases `d` = decode_windows and `rs` = run_sources, before the window functions)."""
@@ -76,7 +77,8 @@ WITH scoped AS (
 SELECT *,
   (row_number() OVER w = 1
    OR coalesce(date_diff('second', lag(ts) OVER w, ts) > {IDLE_GAP_S}, false)) AS after_idle,
-  count(*) OVER (PARTITION BY run_id, source_id, config_offset, dp_rank, pp_rank) AS rank_windows
+  count(*) OVER (PARTITION BY run_id, source_id, config_offset, dp_rank, pp_rank) AS rank_windows,
+  row_number() OVER w AS window_idx
 FROM cfg
 WINDOW w AS (PARTITION BY run_id, source_id, config_offset, dp_rank, pp_rank ORDER BY byte_offset)
 """

@@ -61,6 +61,11 @@ READER_CONFIG = {
     "lock_configuration": True,
 }
 
+# A writer's connection: checkpoint when it closes (every writer is short-lived: a bulk ingest
+# hands its writer back every few seconds), not each time the WAL passes DuckDB's default 16 MB,
+# which a bulk ingest did in the middle of a chunk's commit (2M-line ingest: 3.1 vs 3.5-3.9 s).
+WRITER_CONFIG = {"checkpoint_threshold": "1GB"}
+
 _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
     "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(), "TIMESTAMP": pa.timestamp("us"),
@@ -190,6 +195,7 @@ def connect(path: str | Path, read_only: bool, wait_s: float | None = None,
                 raise _locked(path, wait_s, who)
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.6, LOCK_RETRY_MAX_S)
+    config = {**WRITER_CONFIG, **(config or {})}
     with _gate(path, True, wait_s) as ok:
         if not ok:
             raise _locked(path, wait_s, who)

@@ -30,6 +30,10 @@ from specwatch.rows import Batches, parse_chunk, parse_chunk_checked, parse_raw 
 
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst while following a file
 BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: scanned while the previous chunk is inserted
+# A follower holds a record at the end of a growing file that the next line may continue until
+# that line comes or the file has not grown for this long (docker writes the 16 KiB pieces of one
+# message back to back; a tail poll lands between them now and then).
+HOLD_QUIET_S = 1.0
 BULK_HOLD_S = 2.0          # one-shot ingest keeps its writer across chunks for up to this long
 # What a batch insert raises when a value in it cannot be stored (not: locks, disk, checkpoints).
 _DATA_ERRORS = (pa.ArrowException, duckdb.DataError, duckdb.IntegrityError,
@@ -125,7 +129,7 @@ class FileIngestor:
     `overlap`: scan the next chunk on a thread while the current one is inserted (one-shot ingest).
     A record that the next line might still continue (a hard-wrapped record, see `reassemble`) is
     stored at the end of the file as it is, unless `hold_at_eof` (a follower of a growing file):
-    then it waits for the next line, or for a poll that finds the file no longer growing."""
+    then it waits for the next line, or until the file has not grown for HOLD_QUIET_S."""
 
     def __init__(self, db: str | Path, path: str | Path, run_id: str | None = None,
                  chunk_bytes: int = CHUNK_BYTES, known_only: bool = False,
@@ -139,7 +143,8 @@ class FileIngestor:
         self.adopt_modified_after = adopt_modified_after
         self.overlap = overlap
         self.hold_at_eof = hold_at_eof
-        self._quiet_at: tuple[int, int] | None = None   # (offset, size) when a record was held
+        # (offset, size, monotonic s) when a record was first held at the end of the file
+        self._quiet_at: tuple[int, int, float] | None = None
         self._fh = None
         self._ident: os.stat_result | None = None   # stat of the path when it was opened
         self._compressed = False
@@ -184,7 +189,12 @@ class FileIngestor:
             except FileNotFoundError:
                 same = False
             if not same:
-                result.merge(self._drain())
+                # the last read of this file: a record held at its end is stored as it is
+                hold, self.hold_at_eof = self.hold_at_eof, False
+                try:
+                    result.merge(self._drain())
+                finally:
+                    self.hold_at_eof = hold
                 self.close()
             elif self._fstat().st_size < (self._src.offset_bytes if self._src else 0):
                 self.close()  # truncated in place (copy-truncate): a new source starts
@@ -256,7 +266,9 @@ class FileIngestor:
                 return _Chunk(data, Batches(), IngestResult(self.path), offset, lines_done,
                               changed=True)
             at_eof = read_to_end
-            final = at_eof and (not self.hold_at_eof or self._quiet_at == (offset, end))
+            final = at_eof and (not self.hold_at_eof or (
+                self._quiet_at is not None and self._quiet_at[:2] == (offset, end)
+                and time.monotonic() - self._quiet_at[2] >= HOLD_QUIET_S))
             notes = IngestResult(self.path)
             batches = Batches()
             parse_chunk(data, src.source_id, self.path, offset, lines_done, batches, notes,
@@ -266,7 +278,8 @@ class FileIngestor:
             if at_eof:
                 # only a record that the next line may still continue: wait for that line, or
                 # for a poll that finds the file no longer growing
-                self._quiet_at = (offset, end)
+                if self._quiet_at is None or self._quiet_at[:2] != (offset, end):
+                    self._quiet_at = (offset, end, time.monotonic())
                 return None
             want = len(data) * 2   # a held record as long as the chunk: read on to see its end
 

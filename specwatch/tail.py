@@ -86,7 +86,9 @@ class _Follower:
         self.path = os.path.abspath(path)
         self.dir, self.name = os.path.split(self.path)
         self.run_id = run_id
-        self.main = ingest.FileIngestor(db, self.path, run_id)
+        # a growing file: a record the next line may continue (hard-wrapped, a docker piece)
+        # waits for that line or for a poll that finds the file quiet, never stored cut off
+        self.main = ingest.FileIngestor(db, self.path, run_id, hold_at_eof=True)
         self._checked: dict[str, tuple] = {}   # sibling path -> (dev, ino, size, mtime) last drained
         self._missing = False
         self._db_abs = os.path.abspath(db)
@@ -322,7 +324,10 @@ def follow(db: str | Path, paths: list[str], run: str | None = None, poll_interv
             wake.wait(poll_interval_s)
             if board is not None:
                 board.tick()
-        # Final drain: whatever was complete when we were asked to stop gets stored.
+        # Final drain: whatever was complete when we were asked to stop gets stored, a record
+        # held at the end of a file included (nothing will continue it now).
+        for f in followers:
+            f.main.hold_at_eof = False
         try:
             if (_poll_all(followers, on_ingest) or judge) and monitor is not None:
                 monitor.update()

@@ -172,7 +172,9 @@ class LiveIngest:
     dashboard see decode windows during the load). Only the driver process writes."""
 
     def __init__(self, db: str, path: str):
-        self.ing = ingest.FileIngestor(db, path)
+        # the server is still writing: a record at the end waits for its next line (or a quiet
+        # poll); `ingest_log` after the server stopped stores whatever is left
+        self.ing = ingest.FileIngestor(db, path, hold_at_eof=True)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="live-ingest", daemon=True)
         self.thread.start()

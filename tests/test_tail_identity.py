@@ -291,3 +291,50 @@ def test_rename_rotation_compressed_while_stopped_drains_the_gz(env):
     write(log, range(40, 45))
     once(db, log)
     assert_exactly(db, range(45))
+
+
+def test_a_record_written_in_pieces_is_stored_whole_never_as_a_piece(env):
+    """A followed file whose last record is only partly written for several polls: a docker-split
+    server_args line (16 KiB pieces, each with its own timestamp), a decode line cut mid-field and
+    a prefill line cut at a field boundary (its first part parses whole: only the next line says
+    it goes on). Each is stored once, joined; no piece is stored or rejected on its own."""
+    from conftest import ROOT
+    from specwatch import parse, reassemble
+    db, log = env
+    cfg = (ROOT / "tests/data/real_server_args/sglang-0.5.23-dict-eagle3.txt").read_text().strip()
+    msg, k = cfg.encode(), reassemble.DOCKER_SPLIT
+    assert len(msg) > k
+    pieces = [f"2026-11-20T10:00:00.{i:06d}Z " + msg[j:j + k].decode()
+              for i, j in enumerate(range(0, len(msg), k))]
+    dec = ("[2026-11-20 10:00:05 TP0] Decode batch, #running-req: 24, #token: 30112, token usage: "
+           "0.14, accept len: 3.27, accept rate: 0.82, cuda graph: True, gen throughput (token/s): "
+           "2210.48, #queue-req: 0")
+    pre = ("[2026-11-20 10:00:06 TP0] Prefill batch, #new-seq: 8, #new-token: 4096, #cached-token: 0, "
+           "token usage: 0.01, #running-req: 8, #queue-req: 0, #pending-token: 0, cuda graph: False, "
+           "input throughput (token/s): 81920.00")
+    cut = pre.index("#pending-token")
+    assert isinstance(parse.parse_line(pre[:cut].rstrip(", ")), parse.Record)  # whole on its own
+    parts = [pieces[0], pieces[1], dec[:100], dec[100:], pre[:cut], pre[cut:]]
+    live = Live(db, log, poll_interval_s=0.05)
+    try:
+        for text in parts:
+            with open(log, "a") as f:
+                f.write(text + "\n")
+            time.sleep(0.3)      # six polls with this piece at the end of the file
+        with open(log, "a") as f:    # a next record: the prefill line is complete for sure
+            f.write(dec.replace("10:00:05", "10:00:07") + "\n")
+        live.wait(2)
+    finally:
+        live.close()
+    want = parse.parse_line(cfg)
+    got = rows(db, "SELECT model_path, speculative_algorithm, speculative_num_steps, "
+                   "speculative_num_draft_tokens, decode_log_interval FROM server_configs")
+    assert got == [tuple(want.fields[k] for k in (
+        "model_path", "speculative_algorithm", "speculative_num_steps",
+        "speculative_num_draft_tokens", "decode_log_interval"))]
+    assert None not in got[0]
+    assert rows(db, "SELECT accept_len, gen_throughput_tok_s, queue_req FROM decode_windows "
+                    "ORDER BY byte_offset") == [(3.27, 2210.48, 0), (3.27, 2210.48, 0)]
+    assert rows(db, "SELECT new_seq, input_throughput_tok_s, graph_enabled FROM "
+                    "prefill_windows") == [(8, 81920.0, False)]
+    assert rows(db, "SELECT count(*) FROM rejected_lines") == [(0,)]

@@ -184,6 +184,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--small-fraction", type=float, default=0.25,
                     help="also ingest this fraction of the file, to see peak RSS vs size")
+    ap.add_argument("--large-copies", type=int, default=4,
+                    help="also ingest the file repeated this many times (0: skip), for peak RSS")
     ap.add_argument("--skip-baselines", action="store_true")
     args = ap.parse_args()
     py = sys.executable
@@ -226,6 +228,19 @@ def main() -> None:
         swall, _, srss = run_measured([py, "-m", "specwatch.cli", "ingest", str(small), "--db",
                                        str(Path(d) / "small.duckdb")])
         srows = stored_rows(Path(d) / "small.duckdb")
+        large = None
+        if args.large_copies > 1:
+            big = Path(d) / "large.log"
+            with open(big, "wb") as g:
+                for _ in range(args.large_copies):
+                    with open(log, "rb") as f:
+                        while block := f.read(64 << 20):
+                            g.write(block)
+            lwall, _, lrss = run_measured([py, "-m", "specwatch.cli", "ingest", str(big), "--db",
+                                           str(Path(d) / "large.duckdb")])
+            large = (lwall, lrss, stored_rows(Path(d) / "large.duckdb"))
+            big.unlink()
+            (Path(d) / "large.duckdb").unlink()
         grep = statistics.median(w for w, _, _ in results["grep -c"])
         print(f"commit {commit()}, device: {os.cpu_count()} CPU cores (this host, shared), no weights")
         print(f"file: {args.lines} lines, {size_mb:.0f} MB, {want} decode+prefill lines expected")
@@ -240,6 +255,9 @@ def main() -> None:
                   f"{str(rows_ok):>8}")
         print(f"{'specwatch 1/4':<15} {swall:<22.2f} {swall:>8.2f} {'':>7} {srss:>12.0f} "
               f"{srows:>9} {str(srows == want_small):>8}")
+        if large is not None:
+            print(f"{f'specwatch x{args.large_copies}':<15} {large[0]:<22.2f} {large[0]:>8.2f} "
+                  f"{'':>7} {large[1]:>12.0f} {large[2]:>9} {str(large[2] == want * args.large_copies):>8}")
         best = min(w for w, _, _ in results["specwatch"]) / min(w for w, _, _ in results["grep -c"])
         fl = min(w for w, _, _ in results[floor]) / min(w for w, _, _ in results["grep -c"])
         print(f"specwatch best/best ratio {best:.1f}x grep (target <= 8x); storing the same rows "

@@ -172,7 +172,7 @@ def main() -> int:
                      + f" | {'yes' if same else 'NO'} |")
     lines += ["", "Cells: verdict, speedup [95% CI] (config_stats, views.py: log-ratio t "
               "interval over the repeats, paired by interleaved block within a sweep). Timings "
-              "are from a shared, busy CPU machine."]
+              "are from the machine above; a busy one gives more `unclear`."]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

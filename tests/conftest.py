@@ -26,6 +26,18 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+class Spawned(list):
+    """Processes a test module started; `reap()` kills whichever still run (a module's autouse
+    fixture calls it after each test, so nothing a test started outlives it, whatever it asserts)."""
+
+    def reap(self) -> None:
+        while self:
+            p = self.pop()
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @pytest.fixture
 def db(tmp_path) -> Path:
     return tmp_path / "specwatch.duckdb"

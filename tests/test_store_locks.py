@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from specwatch import ingest, query, store
-from tests.conftest import ROOT, SAMPLES, run_cli
+from tests.conftest import ROOT, SAMPLES, run_cli, Spawned
 
 LINE = ("[2026-01-01 00:00:00] Decode batch, #running-req: 1, #token: {seq}, token usage: 0.01, "
         "accept len: 2.00, accept rate: 0.50, cuda graph: True, gen throughput (token/s): 1.00, "
@@ -32,18 +32,14 @@ def tokens(db) -> list[int]:
         return [r[0] for r in con.execute("SELECT kv_tokens FROM decode_windows ORDER BY 1").fetchall()]
 
 
-_started: list[subprocess.Popen] = []
+_started = Spawned()
 
 
 @pytest.fixture(autouse=True)
 def _no_tail_left_behind():
     """Whatever a test asserts, no `specwatch tail` it started outlives it."""
     yield
-    while _started:
-        p = _started.pop()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    _started.reap()
 
 
 def tail_proc(db, log, *extra, stderr=subprocess.PIPE):

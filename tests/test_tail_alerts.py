@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from specwatch import alerts, ingest, store
-from tests.conftest import ROOT, SAMPLES
+from tests.conftest import ROOT, SAMPLES, Spawned
 
 ARGS = ("[2026-10-31 09:30:00] server_args=ServerArgs(model_path='/m/t', speculative_algorithm="
         "'EAGLE3', speculative_draft_model_path='/m/d', speculative_num_steps=3, "
@@ -64,18 +64,14 @@ def wait_for(cond, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-_started: list[subprocess.Popen] = []
+_started = Spawned()
 
 
 @pytest.fixture(autouse=True)
 def _no_tail_left_behind():
     """Whatever a test asserts, no `specwatch tail` it started outlives it."""
     yield
-    while _started:
-        p = _started.pop()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    _started.reap()
 
 
 class TailProc:

@@ -277,7 +277,7 @@ class FileIngestor:
                 return _Chunk(data, batches, notes, offset, lines_done, size=batches.consumed)
             if at_eof:
                 # only a record that the next line may still continue: wait for that line, or
-                # for a poll that finds the file no longer growing
+                # until the file has not grown for HOLD_QUIET_S
                 if self._quiet_at is None or self._quiet_at[:2] != (offset, end):
                     self._quiet_at = (offset, end, time.monotonic())
                 return None

@@ -65,8 +65,9 @@ READER_CONFIG = {
 # hands its writer back every few seconds), not each time the WAL passes DuckDB's default 16 MB,
 # which a bulk ingest did in the middle of a chunk's commit (2M-line ingest: 3.1 vs 3.5-3.9 s).
 # A memory limit, so that DuckDB's buffer pool does not grow with the database during a long
-# ingest (peak RSS at 8M lines: 1019 MB without, 779 MB with; 2M lines: unchanged); what needs
-# more (a from-scratch run_window_sums over 7.6M windows) spills to disk (7.8 s, 355 MB peak).
+# ingest (peak RSS at 8M lines: 1019 MB without, 779 MB with; 2M lines: unchanged, but ~0.2-0.4 s
+# slower); what needs more (a from-scratch run_window_sums over 7.6M windows) spills to disk
+# (7.8 s, 355 MB peak).
 WRITER_CONFIG = {"checkpoint_threshold": "1GB", "memory_limit": "256MB"}
 
 _ARROW = {

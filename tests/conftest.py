@@ -60,3 +60,21 @@ def samples_db(tmp_path_factory) -> Path:
     from specwatch import ingest
     ingest.ingest_paths(path, [str(SAMPLES)])
     return path
+
+
+@pytest.fixture(scope="session")
+def example_sweep(tmp_path_factory) -> dict:
+    """The README's main job, `specwatch run-sweep examples/builtin_sweep.toml`, run once through
+    the real CLI (~2 min on 2 cores) and shared by the tests that read its database or its table:
+    {"db": path, "stdout": the final table, "sweep": the loaded sweep file}."""
+    from specwatch import sweepfile
+    example = ROOT / "examples" / "builtin_sweep.toml"
+    tmp = tmp_path_factory.mktemp("example")
+    db = tmp / "example.duckdb"
+    env = dict(os.environ, COLUMNS="120", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "run-sweep", str(example),
+                           "--db", str(db), "--out-dir", str(tmp / "runs")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"db": db, "stdout": proc.stdout, "sweep": sweepfile.load(example)}
+

@@ -10,6 +10,7 @@ installs it.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -66,10 +67,10 @@ def chromium_present():
         _need(False, "the playwright package is not installed (pip install -e '.[dev]')")
 
 
-@pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    """`specwatch dashboard` on a fresh fixture DB: yields (url, db); stops it with SIGTERM."""
-    db = build_fixture_db(tmp_path_factory.mktemp("browser") / "dash.duckdb")
+@contextlib.contextmanager
+def _serve(db):
+    """`specwatch dashboard --db DB` on a free port: yields its URL; stops it with SIGTERM and
+    checks that it exited 0 and that streamlit went with it."""
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "dashboard", "--db", str(db),
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -81,7 +82,7 @@ def dashboard(tmp_path_factory):
                 raise AssertionError(f"dashboard did not start (rc={proc.poll()}):\n"
                                      f"{proc.stdout.read() if proc.poll() is not None else ''}")
             time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}", db
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()            # the launcher forwards SIGTERM to streamlit
         rc = proc.wait(20)
@@ -90,6 +91,14 @@ def dashboard(tmp_path_factory):
             time.sleep(0.2)
     assert rc == 0, proc.stdout.read()
     assert not _healthy(port), "streamlit outlived the launcher"
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    """`specwatch dashboard` on a fresh fixture DB: yields (url, db)."""
+    db = build_fixture_db(tmp_path_factory.mktemp("browser") / "dash.duckdb")
+    with _serve(db) as url:
+        yield url, db
 
 
 @pytest.fixture(scope="module")
@@ -255,35 +264,11 @@ def test_live_refresh_while_a_writer_works(dashboard, page):
 #   example-pareto.png     per-user tok/s against total tok/s, one line per config
 #   example-timeseries.png the latest sweep's decode windows, seconds since each run's start
 # ------------------------------------------------------------------------------------------------
-EXAMPLE = ROOT / "examples" / "builtin_sweep.toml"
-
-
 @pytest.fixture(scope="module")
-def example_dashboard(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("example")
-    sweep = tmp / "builtin_sweep.toml"
-    from specwatch import sweepfile
-    assert sweepfile.load(str(EXAMPLE)).repeats >= 3    # the README's example, as it is
-    sweep.write_text(EXAMPLE.read_text())
-    db = tmp / "example.duckdb"
-    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="120")
-    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep),
-                           "--db", str(db), "--out-dir", str(tmp / "runs")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    port = _free_port()
-    dash = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "dashboard", "--db", str(db),
-                             "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not _healthy(port):
-            assert dash.poll() is None and time.monotonic() < deadline, "dashboard did not start"
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}", db
-    finally:
-        dash.terminate()
-        dash.wait(20)
+def example_dashboard(example_sweep):
+    assert example_sweep["sweep"].repeats >= 3    # the README's example, as it is
+    with _serve(example_sweep["db"]) as url:
+        yield url, example_sweep["db"]
 
 
 @pytest.mark.slow

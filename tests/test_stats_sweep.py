@@ -17,22 +17,15 @@ import pytest
 from conftest import ROOT
 from specwatch import query, sweepfile
 
-EXAMPLE = ROOT / "examples" / "builtin_sweep.toml"
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("example")
-    db = tmp / "example.duckdb"
-    env = dict(os.environ, COLUMNS="120", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "specwatch.cli", "run-sweep", str(EXAMPLE),
-                           "--db", str(db), "--out-dir", str(tmp / "runs")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rep = query.stats_report(db)
-    return {"db": db, "table": proc.stdout, "rows": rep.configs.dicts(),
-            "winners": rep.winners.dicts(), "sweep": sweepfile.load(EXAMPLE)}
+def example(example_sweep):
+    rep = query.stats_report(example_sweep["db"])
+    return {"db": example_sweep["db"], "table": example_sweep["stdout"],
+            "rows": rep.configs.dicts(), "winners": rep.winners.dicts(),
+            "sweep": example_sweep["sweep"]}
 
 
 def _verdicts(example, config):

@@ -107,7 +107,8 @@ def measure(args) -> dict:
     result = {"device": str(device), "capture_s": capture_s, "cells": {}, "steps": {}, "engine": decode_mod.__file__}
     for c in concs:
         groups = [[p] for p in all_prompts[:args.prompts]] if c == 1 else [all_prompts[:c]]
-        cell = {name: {"tok_s": [], "verify": 0, "acc": 0, "same": True, "dsec": 0.0, "dsteps": 0} for name in decs}
+        cell = {name: {"tok_s": [], "verify": 0, "acc": 0, "same": True, "dsec": 0.0, "dsteps": 0,
+                       "psec": 0.0, "prefills": 0} for name in decs}
         for rep in range(args.reps):
             tokens = {name: 0 for name in decs}
             secs = {name: 0.0 for name in decs}
@@ -124,6 +125,8 @@ def measure(args) -> dict:
                     x["acc"] += acc
                     x["dsec"] += dsec
                     x["dsteps"] += dsteps
+                    x["psec"] += dt - dsec  # prefill (and its sync) of the group's requests
+                    x["prefills"] += len(prompts)
             for name in decs:
                 cell[name]["tok_s"].append(tokens[name] / secs[name])
         result["cells"][str(c)] = cell
@@ -144,15 +147,17 @@ def measure(args) -> dict:
 
 
 def table(result: dict, baseline: dict | None = None) -> list[str]:
-    rows = ["| concurrency | config | tok/s per rep | speedup per rep | median speedup | AL | identical to plain |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| concurrency | config | tok/s per rep | speedup per rep | median speedup | AL | prefill ms/request | identical to plain |",
+            "|---|---|---|---|---|---|---|---|"]
     for c, cell in result["cells"].items():
         for name, x in cell.items():
             ratios = [a / b for a, b in zip(x["tok_s"], cell["plain"]["tok_s"])]
             v, a = x["verify"], x["acc"]
             rows.append(f"| {c} | {name} | " + " / ".join(f"{t:.0f}" for t in x["tok_s"]) + " | "
                         + " / ".join(f"{r:.2f}" for r in ratios) + f" | **{statistics.median(ratios):.2f}x** | "
-                        + (f"{1 + a / v:.2f}" if v else "-") + f" | {'yes' if x['same'] else 'NO'} |")
+                        + (f"{1 + a / v:.2f}" if v else "-") + " | "
+                        + (f"{x['psec'] / x['prefills'] * 1e3:.2f}" if x.get("prefills") else "-")
+                        + f" | {'yes' if x['same'] else 'NO'} |")
     return rows
 
 

@@ -212,10 +212,41 @@ def test_graph_step_bodies_equal_the_eager_step(prompts, plain_outputs, steps, t
     assert [o for o, _, _ in static] == [plain_outputs[i][:20 + 7 * i] for i in range(3)]
     used = set(static_dec.graphs._entries)
     assert (4, True) in used and (2, False) in used, used  # padded 3 -> 4 (dense), then 2 rows on slots {1, 2}
+    assert any(kind == "prefill" for _, kind in used), used  # the prompts went through the prefill body
     # sampling requests take the eager path on the same per-slot state
     sampled = SpecDecoder(TARGET, DRAFT, static_steps=True, **kw)
     assert _serve_staggered(sampled, prompts[:3], 12, 0.8) == \
         _serve_staggered(SpecDecoder(TARGET, DRAFT, **kw), prompts[:3], 12, 0.8)
+
+
+@pytest.mark.parametrize("draft", [None, DRAFT], ids=["plain", "eagle3"])
+def test_padded_prefill_body_fills_the_caches_as_the_eager_prefill(draft):
+    """The prefill graph's body pads the prompt to its bucket: for prompts shorter than, equal to
+    and one past a bucket (and one token), the first token, the KV entries of the real positions
+    and the draft's first candidates equal the eager prefill's (the floats up to fp32 summation
+    order: attention reduces over L masked keys instead of n, ~1e-6 after 8 layers); the padded
+    positions lie past seq_len, which every later step masks."""
+    kw = dict(num_steps=3, topk=4, num_draft_tokens=8) if draft else {}
+    eager, padded = SpecDecoder(TARGET, draft, **kw), SpecDecoder(TARGET, draft, static_steps=True, **kw)
+    text = bytes(range(32, 127)) * 2
+    for i, n in enumerate((1, 15, 16, 17, 48, 100)):
+        ra, rb = (Request(f"r{i}", list(text[i:i + n]), 4) for _ in range(2))
+        eager.prefill([ra])
+        padded.prefill([rb])
+        L = padded.graphs.prefill_bucket(n)
+        assert L >= n and (L, "prefill") in padded.graphs._entries
+        assert ra.output_ids == rb.output_ids
+        sa, sb = eager._seqs[ra.rid].slot, padded._seqs[rb.rid].slot
+        for ca, cb in ((eager._tk, padded._tk), (eager._tv, padded._tv)) + \
+                (((eager._dk, padded._dk), (eager._dv, padded._dv)) if draft else ()):
+            torch.testing.assert_close(cb[:, sb, :, :n], ca[:, sa, :, :n], rtol=1e-4, atol=1e-5)
+        if draft:
+            seq = eager._seqs[ra.rid]
+            assert padded._st_i[sb].tolist() == seq.topk_index.tolist()
+            torch.testing.assert_close(padded._st_p[sb], seq.topk_p, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(padded._st_h[sb], seq.hidden, rtol=1e-4, atol=1e-5)
+    # a sampling request takes the eager prefill
+    assert not padded.graphs.fits_prefill(Request("s", [65] * 8, 4, temperature=0.7))
 
 
 def test_graph_plain_body_equals_plain(prompts, plain_outputs):

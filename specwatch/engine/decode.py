@@ -340,7 +340,17 @@ class SpecDecoder:
         self._seqs[req.rid] = seq
         if self.num_steps is not None and not req.spec_accept_histogram:
             req.spec_accept_histogram = [0] * (self.num_steps + 1)
-        dev = self.device
+        if self.graphs is not None and self.graphs.fits_prefill(req):
+            seq.last_token = self.graphs.prefill(slot, list(req.input_ids))
+        else:
+            seq.last_token = self._prefill_eager(req, seq)
+        if req.max_new_tokens > 0:
+            req.output_ids.append(seq.last_token)
+        req.finished = len(req.output_ids) >= req.max_new_tokens
+
+    def _prefill_eager(self, req: Request, seq: _Seq) -> int:
+        """Fill seq's slot for req's prompt (and the draft state); returns the first token."""
+        n, dev, slot = len(req.input_ids), self.device, seq.slot
         ids = self._dev([req.input_ids])
         slot_t = self._dev([slot])
         pos = torch.arange(n, device=dev)[None]
@@ -348,17 +358,15 @@ class SpecDecoder:
         zero = torch.zeros(1, dtype=torch.long, device=dev)
         kv = self._view(self._tk, self._tv, [slot], slot_t, zero, pos[0], n, causal)
         logits, aux = self.target(ids, pos, kv, capture=self.capture if self.draft is not None else None)
-        seq.last_token = self._pick(logits[0, -1], req, seq.gen)
-        if req.max_new_tokens > 0:
-            req.output_ids.append(seq.last_token)
-        req.finished = len(req.output_ids) >= req.max_new_tokens
+        first = self._pick(logits[0, -1], req, seq.gen)
         if self.draft is not None:
             # Draft position p consumes (token p+1, aux p): the prompt shifted by one + the first token.
-            toks = self._dev([req.input_ids[1:] + [seq.last_token]])
+            toks = self._dev([req.input_ids[1:] + [first]])
             kvd = self._view(self._dk, self._dv, [slot], slot_t, zero, pos[0], n, causal)
             dlogits, h = self.draft(self.target.embed_tokens(toks), self._aux(aux), pos, kvd)
             p, idx = ops.draft_topk(dlogits[0, -1:], self.topk, self.hot)
             self._set_state([seq], slot_t, p, idx, h[:, -1])
+        return first
 
     def _set_state(self, seqs, slots_t, p, idx, hidden) -> None:
         """Store the draft's next first-step candidates [B, K] and hidden [B, d] of `seqs`."""

@@ -15,7 +15,15 @@ rows go to the scratch slot past the real ones). `SpecDecoder` picks the graph w
 batch fits (see `fits`), else runs its eager step. Without capture (CPU tests) the same bodies run
 eagerly, which is how CI checks them.
 
-Not here: sampling (temperature > 0 runs eagerly), prefill, scheduling.
+Prefill (one request, greedy) has graphs too, one per prompt-length bucket (`PREFILL_BUCKETS`,
+as SGLang's piecewise graphs pad the token count): the prompt is padded at its end, causal masking
+keeps the real positions blind to the padding, the padded positions' KV entries lie past the
+request's seq_len (masked until a decode step overwrites them), and the first token, the draft
+prefill and the draft's first candidates are read at position n-1 on the device. Without the graph
+a speculative prefill waits for the target's token before it can launch the draft (a sync in the
+middle of ~2x the launches of a plain prefill).
+
+Not here: sampling (temperature > 0 runs eagerly), scheduling.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from kernels.select_tree import DraftTree
 from specwatch.engine.model import KVView, attention_mask
 
 BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)  # SGLang's small-bs list
+PREFILL_BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)  # prompt tokens
 
 
 def plain_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
@@ -87,6 +96,29 @@ def spec_step_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
     return torch.cat([acc_len[:, None], toks], dim=1)
 
 
+def prefill_body(dec, inp: torch.Tensor, rng) -> torch.Tensor:
+    """inp [3, L]: the prompt padded to L, the draft's input (prompt shifted by one, padded), and
+    (n, slot, 0, ...). Fills the slot's target (and draft) cache for positions [0, L), sets the
+    draft state from position n-1; returns the greedy first token [1]."""
+    L, dev = inp.shape[1], inp.device
+    ids, shifted, last, slot = inp[0:1], inp[1], inp[2, 0:1] - 1, inp[2, 1:2]
+    pos = torch.arange(L, device=dev)[None]
+    mask = attention_mask(torch.zeros(1, dtype=torch.long, device=dev), L,
+                          torch.ones(L, L, dtype=torch.bool, device=dev).tril()[None])
+    kv = KVView(dec._tk, dec._tv, slot, pos, L, mask, None)
+    logits, aux = dec.target(ids, pos, kv, capture=dec.capture if dec.draft is not None else None)
+    tok = torch.argmax(logits[0].index_select(0, last), dim=-1)  # [1]
+    if dec.draft is None:
+        return tok
+    # Draft position p consumes (token p+1, aux p): the shifted prompt with the first token at n-1.
+    toks = shifted.scatter(0, last, tok)[None]
+    kvd = KVView(dec._dk, dec._dv, slot, pos, L, mask, None)
+    dlogits, h = dec.draft(dec.target.embed_tokens(toks), dec._aux(aux), pos, kvd)
+    p, idx = ops.draft_topk(dlogits[0].index_select(0, last), dec.topk, dec.hot)
+    dec._st_p[slot], dec._st_i[slot], dec._st_h[slot] = p, idx, h[0].index_select(0, last)
+    return tok
+
+
 def _chain_tree(dec, verified, seq_lens, slots, rng, rel) -> DraftTree:
     """The draft loop + tree of a chain (topk 1, N = S+1) without the generic selection: with one
     lane per step, select_top_k_tokens only forwards the token and hidden, `organize` keeps every
@@ -128,19 +160,27 @@ class GraphRunner:
         self.capture = capture
         self.buckets = sorted({b for b in BUCKETS if b < max_bs} | {max_bs})
         self.body = plain_step_body if dec.draft is None else spec_step_body
+        cap = min(dec.context_len, dec.kv_capacity)
+        self.prefill_buckets = sorted({b for b in PREFILL_BUCKETS if b < cap} | {cap})
         self._entries: dict[tuple[int, bool], _Entry] = {}
         self._pool = None
 
     def bucket(self, batch: int) -> int | None:
         return next((b for b in self.buckets if b >= batch), None)
 
+    def _capturable(self) -> bool:
+        """Kernels that can be captured: with SPECWATCH_KERNELS=torch the references read back to
+        the host, so speculative steps (and prefills) run eagerly."""
+        return not (self.capture and self.dec.draft is not None and
+                    os.environ.get("SPECWATCH_KERNELS", "").strip().lower() == "torch")
+
     def fits(self, reqs, seqs) -> bool:
-        """A greedy batch of at most the largest bucket, and kernels that can be captured: with
-        SPECWATCH_KERNELS=torch the references read back to the host, so speculative steps run eagerly."""
-        if self.capture and self.dec.draft is not None and \
-                os.environ.get("SPECWATCH_KERNELS", "").strip().lower() == "torch":
-            return False
-        return len(seqs) <= self.buckets[-1] and all(r.temperature <= 0 for r in reqs)
+        """A greedy batch of at most the largest bucket, and kernels that can be captured."""
+        return self._capturable() and len(seqs) <= self.buckets[-1] and all(r.temperature <= 0 for r in reqs)
+
+    def fits_prefill(self, req) -> bool:
+        """A greedy request whose prompt fits the largest prefill bucket."""
+        return self._capturable() and req.temperature <= 0 and len(req.input_ids) <= self.prefill_buckets[-1]
 
     def _dense(self, slots: list[int], bs: int) -> bool:
         if slots != list(range(len(slots))):
@@ -154,31 +194,40 @@ class GraphRunner:
         for bs in self.buckets:
             for dense in (True, False):
                 self._entry(bs, dense)
+        for L in self.prefill_buckets:
+            self._entry(L, "prefill")
         return len(self._entries)
 
     def _wait(self) -> None:
         torch.cuda.current_stream(self.dec.device).synchronize()
 
-    def _entry(self, bs: int, dense: bool) -> _Entry:
+    def _entry(self, bs: int, dense: bool | str) -> _Entry:
+        """The graph of decode bucket `bs` (dense or gather variant), or with dense="prefill" the
+        prefill graph of `bs` prompt tokens."""
         key = (bs, dense)
         if key in self._entries:
             return self._entries[key]
         dec = self.dec
         e = _Entry(bs, dec.device, pinned=self.capture)
-        rng = (0, bs) if dense else None
+        prefill = dense == "prefill"
+        body = prefill_body if prefill else self.body
+        rng = (0, bs) if dense is True else None
         if self.capture:
             # Warm up (Triton compiles, cuBLAS/SDPA pick kernels, workspaces get allocated) on the
             # scratch slot only, so live requests' caches are never touched; then capture.
-            e.inp[2] = dec.num_slots
+            if prefill:
+                e.inp[2, :2] = torch.tensor([1, dec.num_slots])
+            else:
+                e.inp[2] = dec.num_slots
             side = torch.cuda.Stream(dec.device)
             side.wait_stream(torch.cuda.current_stream(dec.device))
             with torch.cuda.stream(side):
                 for _ in range(2):
-                    self.body(dec, e.inp, None)
+                    body(dec, e.inp, None)
             torch.cuda.current_stream(dec.device).wait_stream(side)
             e.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(e.graph, pool=self._pool):
-                e.out = self.body(dec, e.inp, rng)
+                e.out = body(dec, e.inp, rng)
             if self._pool is None:
                 self._pool = e.graph.pool()
             e.host_out = torch.empty(e.out.shape, dtype=e.out.dtype, pin_memory=True)
@@ -203,6 +252,26 @@ class GraphRunner:
         e.host_out.copy_(e.out, non_blocking=True)
         self._wait()  # the step's one device->host wait
         return e.host_out[:B].tolist()
+
+    def prefill_bucket(self, n: int) -> int | None:
+        return next((b for b in self.prefill_buckets if b >= n), None)
+
+    def prefill(self, slot: int, input_ids: list[int]) -> int:
+        """Greedy prefill of one request's prompt on `slot` (len <= the largest prefill bucket);
+        returns its first token. Fills the caches and, with a draft, the slot's draft state."""
+        n = len(input_ids)
+        L = self.prefill_bucket(n)
+        e = self._entry(L, "prefill")
+        pad = [0] * (L - n)
+        e.host_in.copy_(torch.tensor([input_ids + pad, input_ids[1:] + [0] + pad, [n, slot] + [0] * (L - 2)]))
+        if e.graph is None:  # eager (tests on CPU)
+            e.inp.copy_(e.host_in)
+            return int(prefill_body(self.dec, e.inp, None)[0])
+        e.inp.copy_(e.host_in, non_blocking=True)
+        e.graph.replay()
+        e.host_out.copy_(e.out, non_blocking=True)
+        self._wait()
+        return int(e.host_out[0])
 
     def replay_seconds(self, bs: int, iters: int = 50) -> float:
         """Mean wall time of one bare replay of the dense graph of bucket `bs` (no request may be

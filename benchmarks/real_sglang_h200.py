@@ -32,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +99,50 @@ def sglang_procs() -> list[str]:
             and "ps -eo" not in line]
 
 
+class GpuWatch:
+    """Samples, every `period_s` while a sweep runs, GPU memory and the live `sglang.launch_server`
+    processes: how many servers were ever up at once, and the GPU memory in every gap between
+    servers (teardown after each config: it must be back to the starting level)."""
+
+    def __init__(self, period_s: float = 0.5):
+        self.period_s, self.samples = period_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            servers = [p for p in sglang_procs() if "sglang.launch_server" in p]
+            self.samples.append((time.monotonic(), len(servers), sum(gpu_memory_mib())))
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> "GpuWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def summary(self, mem0: int) -> dict:
+        gaps, cur = [], None   # GPU memory in each stretch with no server, after one had run
+        seen = False
+        for _, n, mem in self.samples:
+            if n:
+                seen, cur = True, None
+            elif seen:
+                if cur is None:
+                    cur = []
+                    gaps.append(cur)
+                cur.append(mem)
+        return {"samples": len(self.samples),
+                "max_servers_at_once": max((n for _, n, _ in self.samples), default=0),
+                "gpu_mem_mib_start": mem0,
+                # the last sample of each gap (memory may take a moment to be released)
+                "gpu_mem_mib_between_servers": [g[-1] for g in gaps],
+                "gaps_back_to_start": sum(1 for g in gaps if g[-1] <= mem0 + 16),
+                "gaps": len(gaps)}
+
+
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -131,11 +176,15 @@ def write_sweep(path: Path, name: str, target: str, draft: str, repeats: int, nu
     path.write_text("\n".join(lines))
 
 
+WATCH: dict[str, dict] = {}   # per sweep database: GpuWatch.summary()
+
+
 def run_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, timeout_s: float,
               log: Path, extra: tuple[str, ...] = ()) -> tuple[int | str, float]:
     """`specwatch run-sweep`; past `timeout_s` it gets SIGTERM (stores what it measured)."""
     t = time.monotonic()
-    with open(log, "w") as f:
+    mem0 = sum(gpu_memory_mib())
+    with open(log, "w") as f, GpuWatch() as watch:
         p = subprocess.Popen([sys.executable, "-m", "specwatch.cli", "run-sweep", str(sweep),
                               "--db", str(db), "--out-dir", str(out_dir), *extra], env=env,
                              stdout=f, stderr=subprocess.STDOUT)
@@ -144,6 +193,8 @@ def run_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, timeout_s: float,
         except subprocess.TimeoutExpired:
             p.send_signal(signal.SIGTERM)
             rc = f"SIGTERM after {timeout_s:.0f} s (budget): {p.wait(timeout=60)}"
+        time.sleep(2.0)   # one more sample after the last teardown
+    WATCH[str(db)] = watch.summary(mem0)
     return rc, time.monotonic() - t
 
 
@@ -314,14 +365,14 @@ def exported_phase(args, env: dict, work: Path, out: Path, t_start: float) -> di
                   "draft_model": str(exp / "draft-eagle3-shifted"), **spec}]
     sweep_real = work / "exported-real.toml"
     write_sweep(sweep_real, "exported-real", str(exp / "target"), str(exp / "draft-eagle3"),
-                args.repeats, args.num_prompts, args.output_tokens, "builtin:mixed", real_cfgs,
+                args.repeats, args.exported_num_prompts, args.output_tokens, "builtin:mixed", real_cfgs,
                 [1, 8])
     db = out / "exported.duckdb"
     left = args.budget_s - (time.monotonic() - t_start)
     rc, wall = run_sweep(sweep_real, db, work / "runs-exp", env, max(60, left - 200),
                          out / "exported-real.sweep.log")
     doctor = sh([sys.executable, "-m", "specwatch.cli", "doctor", "--db", str(db)], env=env)
-    res["exported_real"] = {"exit_code": rc, "wall_s": round(wall, 1),
+    res["exported_real"] = {"exit_code": rc, "wall_s": round(wall, 1), "gpu_watch": WATCH.get(str(db)),
                             "procs_left": sglang_procs(), "gpu_mem_mib_after": gpu_memory_mib(),
                             "doctor": doctor.stdout[-3000:] + doctor.stderr[-500:],
                             **analyse(db, sweep_real, None, None)}
@@ -332,7 +383,7 @@ def exported_phase(args, env: dict, work: Path, out: Path, t_start: float) -> di
                      **spec}]
     sweep_b = work / "exported-builtin.toml"
     write_sweep(sweep_b, "exported-builtin", "builtin:target", "builtin:draft-eagle3",
-                args.repeats, args.num_prompts, args.output_tokens, "builtin:mixed",
+                args.repeats, args.exported_num_prompts, args.output_tokens, "builtin:mixed",
                 builtin_cfgs, [1, 8], engine="builtin")
     left = args.budget_s - (time.monotonic() - t_start)
     rc_b, wall_b = run_sweep(sweep_b, out / "exported-builtin.duckdb", work / "runs-b", env,
@@ -393,6 +444,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--num-prompts", type=int, default=8)
     ap.add_argument("--output-tokens", type=int, default=64)
+    ap.add_argument("--exported-num-prompts", type=int, default=32,
+                    help="prompts per run in the exported phase: at c=8, 8 prompts give ~2 decode "
+                         "windows per run (the first is dropped), too few to compare windows")
     ap.add_argument("--phases", default="fixture,sigterm")
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--fixture-configs", default=None,
@@ -456,6 +510,7 @@ def main() -> int:
         rc, wall = run_sweep(sweep, db, work / "runs", env, max(60, left - 120),
                              out / "fixture.sweep.log")
         report["phases"]["fixture"] = {"exit_code": rc, "wall_s": round(wall, 1),
+                                       "gpu_watch": WATCH.get(str(db)),
                                        "procs_left": sglang_procs(), "gpu_apps_left": gpu_apps(),
                                        "gpu_mem_mib_after": gpu_memory_mib(),
                                        **analyse(db, sweep, predict, args.miss_mod)}

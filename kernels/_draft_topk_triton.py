@@ -3,9 +3,12 @@
 Pass 1, grid (R, nsplit): each program streams its vocabulary chunk in [BLOCK // 32, 32] tiles,
 keeps an online (max, sum-exp) and writes the maximum of every GROUP of 32 consecutive logits
 (R * V/32 fp32: 1/16 of the bf16 logits' bytes). No data-dependent branch in the streaming loop.
-Pass 2, one program per row: merges the (max, sum) pairs into the lse, picks the top-K groups by
+Pass 2 (merge) for a row: merges the (max, sum) pairs into the lse, picks the top-K groups by
 (max desc, group index asc), re-reads those K*32 logits and extracts the exact top-K (lowest index
-wins ties).
+wins ties); each extraction is one max over int64 (value, index) keys.
+Default (`_draft_topk_fused_kernel`, TOPK_CONFIG): both passes in one launch; the split that
+arrives last on its row's ticket runs that row's merge, reading the super-group maxima pass 1
+wrote. `fused=False` runs pass 1 and a separate merge launch (one program per row).
 (A first version kept a running top-K of group maxima per program and examined a tile only when
 it could enter; with ~20 tiles per program nearly every tile was examined, and the K-step
 insertion loop made it 5x slower than this at 512 x 163840 on the H200.)
@@ -19,21 +22,22 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._workspace import workspace
+
 GROUP = 32
 LOG2E = tl.constexpr(1.4426950408889634)
 NEG_INF = tl.constexpr(float("-inf"))
 SENTINEL_GROUP = tl.constexpr(1 << 30)  # groups of empty slots; above every real group index
 BIG_INDEX = tl.constexpr(2147483647)
+KEY_MIN = tl.constexpr(-9223372036854775807 - 1)
 
 
 @triton.jit
-def _draft_topk_partial_kernel(
-    logits_ptr, stride_row, vocab, chunk, n_groups,
-    part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
-    BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr,
-):
-    row = tl.program_id(0)
-    split = tl.program_id(1)
+def _partial_body(logits_ptr, stride_row, vocab, chunk, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
+                  smax_ptr, n_sg, row, split, BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                  WRITE_SMAX: tl.constexpr):
+    """Pass 1 for (row, split). WRITE_SMAX (BLOCK a multiple of 32 groups): also store the
+    super-group (32 groups) maxima, so the merge starts from V/1024 values instead of V/32."""
     NG: tl.constexpr = BLOCK // GROUP_SIZE
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     gmax_row = gmax_ptr + row.to(tl.int64) * n_groups
@@ -52,6 +56,12 @@ def _draft_topk_partial_kernel(
         gmax = tl.max(x, axis=1)
         g_idx = tile_start // GROUP_SIZE + gi_local
         tl.store(gmax_row + g_idx, gmax, mask=(tile_start + gi_local * GROUP_SIZE) < end)
+        if WRITE_SMAX:
+            NSG: tl.constexpr = NG // 32
+            sgl = tl.arange(0, NSG)
+            smax = tl.max(tl.reshape(gmax, [NSG, 32]), axis=1)
+            tl.store(smax_ptr + row.to(tl.int64) * n_sg + tile_start // (32 * GROUP_SIZE) + sgl, smax,
+                     mask=(tile_start + sgl * (32 * GROUP_SIZE)) < end)
         new_m = tl.maximum(m_g, gmax)
         safe = tl.where(new_m == NEG_INF, 0.0, new_m) * LOG2E
         scale = tl.math.exp2(m_g * LOG2E - safe)
@@ -67,19 +77,47 @@ def _draft_topk_partial_kernel(
 
 
 @triton.jit
-def _draft_topk_merge_kernel(
-    logits_ptr, stride_row, vocab, n_groups,
+def _draft_topk_partial_kernel(
+    logits_ptr, stride_row, vocab, chunk, n_groups,
     part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
-    hot_ptr, out_p_ptr, out_i_ptr,
-    K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    HAS_HOT: tl.constexpr,
+    BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr,
 ):
-    row = tl.program_id(0)
+    _partial_body(logits_ptr, stride_row, vocab, chunk, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
+                  gmax_ptr, 0, tl.program_id(0), tl.program_id(1), BLOCK, GROUP_SIZE, False)
+
+
+@triton.jit
+def _key(v, idx):
+    """int64 key ordered by (value desc, index asc): orderable fp32 bits << 32 | (2^31-1 - index).
+    -0.0 + 0.0 == +0.0, so both zeros get one key. One max-reduction per extraction instead of a
+    max and an index-min."""
+    bits = (v + 0.0).to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return (ordered.to(tl.int64) << 32) | (2147483647 - idx).to(tl.int64)
+
+
+@triton.jit
+def _key_index(key):
+    return (2147483647 - (key & 0xFFFFFFFF)).to(tl.int32)
+
+
+@triton.jit
+def _key_value(key):
+    ordered = (key >> 32).to(tl.int32)
+    return (ordered ^ ((ordered >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
+                hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, row,
+                K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr,
+                GROUP_SIZE: tl.constexpr, HAS_HOT: tl.constexpr, READ_SMAX: tl.constexpr):
+    # .cg loads (L2, not L1): in the fused kernel other programs wrote these moments ago.
     row64 = row.to(tl.int64)
     # log-sum-exp over splits
     sp = tl.arange(0, NSP)
-    pm = tl.load(part_m_ptr + row64 * nsplit + sp, mask=sp < nsplit, other=NEG_INF)
-    ps = tl.load(part_s_ptr + row64 * nsplit + sp, mask=sp < nsplit, other=0.0)
+    pm = tl.load(part_m_ptr + row64 * nsplit + sp, mask=sp < nsplit, other=NEG_INF, cache_modifier=".cg")
+    ps = tl.load(part_s_ptr + row64 * nsplit + sp, mask=sp < nsplit, other=0.0, cache_modifier=".cg")
     m = tl.max(pm, axis=0)
     safe_m = tl.where(m == NEG_INF, 0.0, m)
     s = tl.sum(ps * tl.math.exp2((pm - safe_m) * LOG2E), axis=0)
@@ -87,47 +125,46 @@ def _draft_topk_merge_kernel(
     # top-K groups by (max desc, group index asc), in two levels: top-K super-groups (32 groups
     # each) first, then top-K groups inside them. The argument that makes groups exact applies
     # to super-groups too, and K passes over V/1024 + 32K values replace K passes over V/32.
+    # Each extraction is one int64 max over (value, index) keys; KEY_MIN marks used/absent slots.
     sg = tl.arange(0, SGP)
     c32 = tl.arange(0, 32)
-    gidx2 = sg[:, None] * 32 + c32[None, :]
-    gv2 = tl.load(gmax_ptr + row64 * n_groups + gidx2, mask=gidx2 < n_groups, other=NEG_INF)
-    smax = tl.max(gv2, axis=1)
-    taken_s = (sg * 32) >= n_groups
+    if READ_SMAX:  # written by pass 1: a [SGP] vector instead of an [SGP, 32] tile in registers
+        smv = tl.load(smax_ptr + row64 * n_sg + sg, mask=sg < n_sg, other=NEG_INF, cache_modifier=".cg")
+    else:
+        gidx2 = sg[:, None] * 32 + c32[None, :]
+        gv2 = tl.load(gmax_ptr + row64 * n_groups + gidx2, mask=gidx2 < n_groups, other=NEG_INF,
+                      cache_modifier=".cg")
+        smv = tl.max(gv2, axis=1)
+    skey = tl.where((sg * 32) < n_groups, _key(smv, sg), KEY_MIN)
     slot = tl.arange(0, KP)
     sel_s = tl.full([KP], SENTINEL_GROUP, tl.int32)
     for j in tl.static_range(K):
-        v = tl.where(taken_s, NEG_INF, smax)
-        best_v = tl.max(v, axis=0)
-        best_s = tl.min(tl.where((v == best_v) & (~taken_s), sg, BIG_INDEX), axis=0)
-        sel_s = tl.where(slot == j, best_s, sel_s)
-        taken_s = taken_s | (sg == best_s)
+        best = tl.max(skey, axis=0)
+        sel_s = tl.where(slot == j, tl.where(best != KEY_MIN, _key_index(best), SENTINEL_GROUP), sel_s)
+        skey = tl.where(skey == best, KEY_MIN, skey)
     g = sel_s[:, None] * 32 + c32[None, :]
     g_ok = (slot[:, None] < K) & (sel_s[:, None] < SENTINEL_GROUP) & (g < n_groups)
-    gv = tl.load(gmax_ptr + row64 * n_groups + g, mask=g_ok, other=NEG_INF)
-    taken = ~g_ok
+    gv = tl.load(gmax_ptr + row64 * n_groups + g, mask=g_ok, other=NEG_INF, cache_modifier=".cg")
+    gkey = tl.where(g_ok, _key(gv, g), KEY_MIN)
     sel_g = tl.full([KP], SENTINEL_GROUP, tl.int32)
     for j in tl.static_range(K):
-        v = tl.where(taken, NEG_INF, gv)
-        best_v = tl.max(tl.max(v, axis=1), axis=0)
-        best_g = tl.min(tl.min(tl.where((v == best_v) & (~taken), g, BIG_INDEX), axis=1), axis=0)
-        sel_g = tl.where(slot == j, best_g, sel_g)
-        taken = taken | (g == best_g)
+        best = tl.max(tl.max(gkey, axis=1), axis=0)
+        sel_g = tl.where(slot == j, tl.where(best != KEY_MIN, _key_index(best), SENTINEL_GROUP), sel_g)
+        gkey = tl.where(gkey == best, KEY_MIN, gkey)
     # exact top-K among the selected groups' logits
     col = tl.arange(0, GROUP_SIZE)
     idx = sel_g[:, None] * GROUP_SIZE + col[None, :]
     ok = (slot[:, None] < K) & (sel_g[:, None] < SENTINEL_GROUP) & (idx < vocab)
     row_ptr = logits_ptr + row64 * stride_row
     x = tl.load(row_ptr + idx, mask=ok, other=NEG_INF).to(tl.float32)
-    taken2 = ~ok
+    xkey = tl.where(ok, _key(x, idx), KEY_MIN)
     out_v = tl.full([KP], NEG_INF, tl.float32)
     out_i = tl.zeros([KP], tl.int32)
     for j in tl.static_range(K):
-        v = tl.where(taken2, NEG_INF, x)
-        best_v = tl.max(tl.max(v, axis=1), axis=0)
-        best_i = tl.min(tl.min(tl.where((v == best_v) & (~taken2), idx, BIG_INDEX), axis=1), axis=0)
-        out_v = tl.where(slot == j, best_v, out_v)
-        out_i = tl.where(slot == j, best_i, out_i)
-        taken2 = taken2 | (idx == best_i)
+        best = tl.max(tl.max(xkey, axis=1), axis=0)
+        out_v = tl.where(slot == j, _key_value(best), out_v)
+        out_i = tl.where(slot == j, _key_index(best), out_i)
+        xkey = tl.where(xkey == best, KEY_MIN, xkey)
     p = tl.exp(out_v - lse)
     out_idx = out_i.to(tl.int64)
     if HAS_HOT:
@@ -136,14 +173,76 @@ def _draft_topk_merge_kernel(
     tl.store(out_i_ptr + row64 * K + slot, out_idx, mask=slot < K)
 
 
-# (rows, vocab) -> (BLOCK, num_warps). Chosen on the H200 sweep in benchmarks/bench_kernels.py
-# (--sweep); see benchmarks/results/kernels_h200.md.
-# Sweep at 512x163840, 256x128256, 512x32000, 64x163840, 8x128256 (K=8): BLOCK 4096 / 4 warps /
-# 8 programs per SM was best or within 6% of best on each shape (2048..8192 x 4..8 warps x 2..8).
+@triton.jit
+def _draft_topk_merge_kernel(
+    logits_ptr, stride_row, vocab, n_groups,
+    part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
+    hot_ptr, out_p_ptr, out_i_ptr,
+    K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr, GROUP_SIZE: tl.constexpr,
+    HAS_HOT: tl.constexpr,
+):
+    _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
+                hot_ptr, out_p_ptr, out_i_ptr, gmax_ptr, 0, tl.program_id(0), K, KP, NSP, SGP, GROUP_SIZE, HAS_HOT,
+                False)
+
+
+@triton.jit
+def _draft_topk_fused_kernel(
+    logits_ptr, stride_row, vocab, chunk, n_groups,
+    part_m_ptr, part_s_ptr, gmax_ptr, nsplit, ticket_ptr,
+    hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg,
+    BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr, HAS_HOT: tl.constexpr,
+    SMAX: tl.constexpr,
+):
+    """Both passes in one launch: grid (R * nsplit,), a row's splits adjacent in launch order; the
+    split that arrives last on the row's ticket merges it (and resets the ticket), so merges of
+    finished rows overlap the streaming of later ones and there is no second graph node."""
+    pid = tl.program_id(0)
+    row = pid // nsplit
+    split = pid % nsplit
+    _partial_body(logits_ptr, stride_row, vocab, chunk, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
+                  smax_ptr, n_sg, row, split, BLOCK, GROUP_SIZE, SMAX)
+    tl.debug_barrier()
+    ticket = tl.atomic_add(ticket_ptr + row, 1)
+    if ticket == nsplit - 1:
+        tl.atomic_xchg(ticket_ptr + row, 0)
+        _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
+                    hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, row, K, KP, NSP, SGP, GROUP_SIZE, HAS_HOT, SMAX)
+
+
+# ---- configuration (data): edit from `bench_kernels.py --variants` output ----
+# First row whose bounds hold wins: (max rows R or None, max vocab or None) ->
+#   (fused, BLOCK, num_warps, programs per SM, maxnreg or None).
+# maxnreg caps registers per thread: ptxas gives the fused kernel 224 at BLOCK 4096 / 4 warps
+# (2 CTAs = 8 warps per SM; the measured two-launch pass 1 had 167, 3 CTAs); 128 compiles without
+# spills for sm_90 (cuobjdump -res-usage on the AOT cubin: LOCAL 0) and allows 4 CTAs = 16 warps.
+# fused=True: one launch, the last-arriving split of each row merges it (`_draft_topk_fused_kernel`);
+# fused=False: the streaming pass then a merge launch (one program per row).
+# Where the numbers come from: the H200 sweep (kernels_h200.md, two-launch version, K=8, in graph):
+# BLOCK 4096 / 4 warps / 8 programs per SM was best or within 6% of best at 512x163840,
+# 256x128256, 512x32000, 64x163840, 8x128256. The two-launch version measured 74.1 us at
+# 512x163840 with its pass 1 alone 48.7 us: the merge launch (one program per row, 2K serial
+# reductions per level, not overlapped with any streaming) cost ~25 us. fused=True is the
+# unmeasured best guess: merges overlap the other rows' streaming and use one key-max per
+# extraction; `--variants` times it against the two-launch kernel and other tiles/splits.
+TOPK_CONFIG: tuple[tuple[int | None, int | None, bool, int, int, int, int | None], ...] = (
+    (None, 8192, True, 1024, 4, 8, None),
+    (None, None, True, 4096, 4, 8, 128),
+)
+
+
 def _config(rows: int, vocab: int) -> tuple[int, int]:
-    if vocab <= 8192:
-        return 1024, 4
-    return 4096, 4
+    """(BLOCK, num_warps) that TOPK_CONFIG picks."""
+    return plan(rows, vocab)[1:3]
+
+
+def plan(rows: int, vocab: int) -> tuple[bool, int, int, int, int | None]:
+    """(fused, BLOCK, num_warps, programs per SM, maxnreg) from TOPK_CONFIG."""
+    for max_rows, max_vocab, *cfg in TOPK_CONFIG:
+        if (max_rows is None or rows <= max_rows) and (max_vocab is None or vocab <= max_vocab):
+            return tuple(cfg)
+    return True, 4096, 4, 8, None
 
 
 def _num_sms(device: torch.device) -> int:
@@ -162,8 +261,10 @@ def plan_splits(rows: int, vocab: int, block: int, device: torch.device, program
 
 
 def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor | None = None,
-                      block: int | None = None, num_warps: int | None = None, nsplit: int | None = None):
-    """Launch both passes. `block`, `num_warps`, `nsplit` override the tuned choice (benchmarks, tests)."""
+                      block: int | None = None, num_warps: int | None = None, nsplit: int | None = None,
+                      fused: bool | None = None, programs_per_sm: int | None = None, maxnreg: int | None = 0):
+    """Launch the kernel(s) TOPK_CONFIG picks. `block`, `num_warps`, `nsplit`, `fused`,
+    `programs_per_sm`, `maxnreg` (None: no cap) override it (benchmarks, tests)."""
     if logits.dim() != 2 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"draft_topk: logits must be [R, V] fp32/bf16/fp16, got {tuple(logits.shape)} {logits.dtype}")
     rows, vocab = logits.shape
@@ -176,11 +277,14 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     out_i = torch.empty(rows, k, dtype=torch.int64, device=device)
     if rows == 0:
         return out_p, out_i
-    cfg_block, cfg_warps = _config(rows, vocab)
+    cfg_fused, cfg_block, cfg_warps, cfg_pps, cfg_maxnreg = plan(rows, vocab)
+    maxnreg = cfg_maxnreg if maxnreg == 0 else maxnreg
+    extra = {"maxnreg": maxnreg} if maxnreg else {}
+    fused = cfg_fused if fused is None else fused
     block = block or cfg_block
     num_warps = num_warps or cfg_warps
     if nsplit is None:
-        nsplit, chunk = plan_splits(rows, vocab, block, device)
+        nsplit, chunk = plan_splits(rows, vocab, block, device, programs_per_sm or cfg_pps)
     else:
         chunk = triton.cdiv(triton.cdiv(vocab, nsplit), block) * block
         nsplit = triton.cdiv(vocab, chunk)
@@ -189,16 +293,28 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     part_m = torch.empty(rows, nsplit, dtype=torch.float32, device=device)
     part_s = torch.empty(rows, nsplit, dtype=torch.float32, device=device)
     gmax = torch.empty(rows, n_groups, dtype=torch.float32, device=device)
-    _draft_topk_partial_kernel[(rows, nsplit)](
-        logits, logits.stride(0), vocab, chunk, n_groups, part_m, part_s, gmax, nsplit,
-        BLOCK=block, GROUP_SIZE=GROUP, num_warps=num_warps, enable_fp_fusion=True)
     hot = hot_token_id if hot_token_id is not None else out_i
     if hot_token_id is not None and (hot.device != device or hot.dtype != torch.int64):
         hot = hot.to(device=device, dtype=torch.int64)
     sgp = triton.next_power_of_2(triton.cdiv(n_groups, 32))
+    nsp = triton.next_power_of_2(nsplit)
+    if fused:
+        tickets = workspace("topk_tickets", rows, torch.int32, 0, device)
+        use_smax = block % (32 * GROUP) == 0
+        n_sg = triton.cdiv(n_groups, 32)
+        smax = torch.empty(rows, n_sg, dtype=torch.float32, device=device) if use_smax else gmax
+        _draft_topk_fused_kernel[(rows * nsplit,)](
+            logits, logits.stride(0), vocab, chunk, n_groups, part_m, part_s, gmax, nsplit, tickets,
+            hot, out_p, out_i, smax, n_sg,
+            BLOCK=block, GROUP_SIZE=GROUP, K=k, KP=kp, NSP=nsp, SGP=sgp,
+            HAS_HOT=hot_token_id is not None, SMAX=use_smax, num_warps=num_warps, enable_fp_fusion=True, **extra)
+        return out_p, out_i
+    _draft_topk_partial_kernel[(rows, nsplit)](
+        logits, logits.stride(0), vocab, chunk, n_groups, part_m, part_s, gmax, nsplit,
+        BLOCK=block, GROUP_SIZE=GROUP, num_warps=num_warps, enable_fp_fusion=True)
     _draft_topk_merge_kernel[(rows,)](
         logits, logits.stride(0), vocab, n_groups, part_m, part_s, gmax, nsplit,
         hot, out_p, out_i,
-        K=k, KP=kp, NSP=triton.next_power_of_2(nsplit), SGP=sgp, GROUP_SIZE=GROUP,
+        K=k, KP=kp, NSP=nsp, SGP=sgp, GROUP_SIZE=GROUP,
         HAS_HOT=hot_token_id is not None, num_warps=8 if sgp >= 64 else 4)
     return out_p, out_i

@@ -5,8 +5,9 @@ the row's 64-bit key (orderable fp32 bits << 32 | (2^31-1 - index)) with atomic_
 value and then the lowest index win. It then takes a ticket on its request's counter; the program
 that arrives last reads (and resets) the request's N keys, writes target_predict and walks the tree
 exactly like SGLang's VerifyTreeGreedy, updating the acceptance counters with atomics.
-Where torch.argmax alone is faster than the fused kernel (`fused_is_faster`), target_predict comes
-from torch.argmax and `_walk_kernel` (one program per request) does the same walk.
+Where torch.argmax alone is faster than the fused kernel (`VERIFY_DISPATCH`), target_predict comes
+from torch.argmax and `_walk_kernel` (one program per request) does the same walk. The walk (`_walk`)
+is parallel over the nodes: no per-node serial scan, no atomics inside a loop.
 """
 from __future__ import annotations
 
@@ -87,54 +88,75 @@ def _walk_kernel(
 
 
 @triton.jit
+def _gather(x, idx, node, none):
+    """x[idx[j]] for each j (a register gather as an [NP, NP] select-and-sum); `none` where idx < 0."""
+    hit = node[:, None] == idx[None, :]
+    return tl.where(idx >= 0, tl.sum(tl.where(hit, x[:, None], 0), axis=0), none)
+
+
+@triton.jit
 def _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr, accept_ptr,
           accept_len_ptr, bonus_ptr, hist_ptr, attempted_ptr, accepted_ptr,
           N: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, HAS_COUNTERS: tl.constexpr):
-    """Walk request b's tree exactly like VerifyTreeGreedy, given its N target tokens `tp`."""
-    # The walk reads the request's tree from registers: a dependent global load per step
-    # (~0.5-1 us each) made an 8-deep chain walk cost ~10 us on the H200.
+    """Request b's VerifyTreeGreedy walk, computed for all nodes at once (no serial scan).
+
+    A node is accepted iff it is the first child in sibling order whose candidate equals its
+    parent's target token, all its ancestors are accepted, and its depth is <= S: exactly the
+    nodes the serial walk visits and accepts (each parent has at most one such child, so they form
+    one root path). Sibling ranks, parents and depths come from pointer jumping over the
+    next-sibling / first-child lists in registers: ceil(log2 NP) rounds of [NP, NP] gathers, no
+    data-dependent loop. The counters are added with one vector atomic each at the end (the serial
+    walk issued two dependent scalar atomics per depth: most of its 6-13 us on the H200).
+    """
     ok = node < N
     cand = tl.load(cand_ptr + base + node, mask=ok, other=-1)
-    nxt_v = tl.load(next_ptr + base + node, mask=ok, other=-1)
-    sib_v = tl.load(sib_ptr + base + node, mask=ok, other=-1)
-    ridx_v = tl.load(ridx_ptr + base + node, mask=ok, other=-1)
-    pred = tl.zeros([NP], tl.int32)
+    nxt = tl.load(next_ptr + base + node, mask=ok, other=-1).to(tl.int32)
+    sib = tl.load(sib_ptr + base + node, mask=ok, other=-1).to(tl.int32)
+    ridx = tl.load(ridx_ptr + base + node, mask=ok, other=-1)
+    # prev[j]: the sibling before j; fc[j]: the node whose first child is j (set for list heads)
+    prev = tl.max(tl.where(sib[:, None] == node[None, :], node[:, None], -1), axis=0)
+    fc = tl.max(tl.where(nxt[:, None] == node[None, :], node[:, None], -1), axis=0)
+    # list ranking along prev: head[j] = first sibling of j's list, rank[j] = position in it
+    head = tl.where(prev >= 0, prev, node)
+    rank = (prev >= 0).to(tl.int32)
+    for r in tl.static_range(8):
+        if (1 << r) < NP:
+            rank = rank + _gather(rank, head, node, 0)
+            head = _gather(head, head, node, 0)
+    parent = _gather(fc, head, node, -1)
+    match = (parent >= 0) & (cand == _gather(tp, parent, node, -1))
+    # first matching child of each parent (lowest rank among matching siblings)
+    first = tl.min(tl.where(match[:, None] & (head[:, None] == head[None, :]), rank[:, None], 2147483647), axis=0)
+    sel = match & (rank == first)
+    # ancestor product and depth by pointer jumping along parent (root: node 0, depth 0)
+    good = tl.where(node == 0, 1, sel.to(tl.int32))
+    depth = (parent >= 0).to(tl.int32)
+    up = parent
+    for r in tl.static_range(8):
+        if (1 << r) < NP:
+            good = good * _gather(good, up, node, 1)
+            depth = depth + _gather(depth, up, node, 0)
+            up = _gather(up, up, node, -1)
+    acc = (good != 0) & (depth <= W - 1) & ok
+    num = tl.sum(tl.where(acc & (depth >= 1), 1, 0), axis=0)
     col = tl.arange(0, WP)
-    last_node = 0
-    acc = tl.where(col == 0, tl.sum(tl.where(node == 0, ridx_v, 0), axis=0), -1)
-    num = 0
-    cur = last_node
-    j = 1
-    go = 1
-    while (go != 0) & (j < W):
-        cur = tl.sum(tl.where(node == cur, nxt_v, 0), axis=0).to(tl.int32)
-        if HAS_COUNTERS:
-            if cur != -1:
-                tl.atomic_add(attempted_ptr + (j - 1), 1)
-        found = 0
-        target = tl.sum(tl.where(node == last_node, tp, 0), axis=0)
-        while (cur != -1) & (found == 0):
-            draft = tl.sum(tl.where(node == cur, cand, 0), axis=0)
-            if draft == target:
-                pred = tl.where(node == last_node, target.to(tl.int32), pred)
-                num += 1
-                acc = tl.where(col == num, tl.sum(tl.where(node == cur, ridx_v, 0), axis=0), acc)
-                last_node = cur
-                found = 1
-            else:
-                cur = tl.sum(tl.where(node == cur, sib_v, 0), axis=0).to(tl.int32)
-        if HAS_COUNTERS:
-            if found != 0:
-                tl.atomic_add(accepted_ptr + (j - 1), 1)
-        go = found
-        j += 1
-    bonus = tl.sum(tl.where(node == last_node, tp, 0), axis=0)
-    pred = tl.where(node == last_node, bonus.to(tl.int32), pred)
+    onpath = acc[None, :] & (depth[None, :] == col[:, None])  # [WP, NP]: accepted node at depth col
+    hit = tl.max(tl.where(onpath, 1, 0), axis=1)
+    acc_idx = tl.where(hit > 0, tl.sum(tl.where(onpath, ridx[None, :], 0), axis=1), -1)
+    bonus = tl.sum(tl.where(acc & (depth == num), tp, 0), axis=0)
+    # predict[i] = target at every accepted node (the last one's is the bonus)
+    pred = tl.where(acc, tp, 0).to(tl.int32)
     tl.store(predict_ptr + base + node, pred, mask=ok)
     tl.store(bonus_ptr + b, bonus)
     tl.store(accept_len_ptr + b, num)
-    tl.store(accept_ptr + b.to(tl.int64) * W + col, acc.to(tl.int32), mask=col < W)
+    tl.store(accept_ptr + b.to(tl.int64) * W + col, acc_idx.to(tl.int32), mask=col < W)
     if HAS_COUNTERS:
+        # depth c+1 was attempted iff the walk reached depth c (c <= num) and that node has a child
+        has_child = tl.max(tl.where(onpath & (nxt[None, :] >= 0), 1, 0), axis=1)
+        att = (col <= num) & (has_child > 0) & (col < W - 1)
+        tl.atomic_add(attempted_ptr + col, att.to(tl.int64), mask=att)
+        dacc = col < num
+        tl.atomic_add(accepted_ptr + col, dacc.to(tl.int64), mask=dacc)
         tl.atomic_add(hist_ptr + num, 1)
 
 
@@ -144,26 +166,51 @@ def _num_sms(device: torch.device) -> int:
     return 4
 
 
-# BLOCK 2048 / 4 warps: chosen on the H200 (benchmarks/bench_kernels.py); see kernels_h200.md.
+# ---- dispatch rule (data): edit from `bench_kernels.py --variants` output ----
+# First row whose bounds hold wins: (max rows R = B*N or None, max vocab or None, path, fused config).
+# path "fused": the single-launch kernel (split-V argmax + walk by the last-arriving program), with
+#   (BLOCK, num_warps, programs per SM for the split count).
+# path "argmax": torch.argmax + `_walk_kernel` (the SGLang shape: argmax, then a walk launch).
+# Measured rows it came from (benchmarks/results/kernels_h200.md, in graph, with the old SERIAL
+# walk): fused beat torch.argmax alone at R <= 8 for every V and at R = 64 for V >= 128256
+# (17.3-18.8 vs 23-27 us); it lost at R = 64, V = 32000 (14.6 vs 9.0: the serial walk) and at
+# R >= 256 (50-120 vs 47-101 us: only 6 programs per SM, 58-66% of the HBM floor).
+# Best guess for the parallel walk (not measured yet): fused up to 64 rows everywhere (its walk is
+# now a few hundred ns, and argmax + any walk launch pays a second graph node); above that
+# torch.argmax + walk. `bench_kernels.py --variants` times both paths and the fused configs
+# below per shape and prints the winners: replace these rows with what it prints.
+VERIFY_DISPATCH: tuple[tuple[int | None, int | None, str, tuple[int, int, int]], ...] = (
+    (64, None, "fused", (2048, 4, 6)),
+    (None, None, "argmax", (2048, 4, 6)),
+)
+# num_warps of `_walk_kernel` by NP (next power of two of N): [NP, NP] gathers in registers.
+WALK_WARPS = {8: 1, 16: 1, 32: 2, 64: 4}
+
+# kept for callers of the old names
 BLOCK = 2048
 NUM_WARPS = 4
 
 
-def fused_is_faster(rows: int, vocab: int) -> bool:
-    """Whether the single-launch kernel beats `torch.argmax` + the walk kernel at this shape.
+def dispatch(rows: int, vocab: int) -> tuple[str, tuple[int, int, int]]:
+    """(path, (BLOCK, num_warps, programs per SM)) that VERIFY_DISPATCH picks for this shape."""
+    for max_rows, max_vocab, path, cfg in VERIFY_DISPATCH:
+        if (max_rows is None or rows <= max_rows) and (max_vocab is None or vocab <= max_vocab):
+            return path, cfg
+    return "argmax", (BLOCK, NUM_WARPS, 6)
 
-    From the H200 measurements in benchmarks/results/kernels_h200.md (in graph): the fused kernel
-    wins for up to 64 rows at V >= 128256 and for up to 8 rows at V = 32000; elsewhere
-    (R >= 256, or V = 32000 with R >= 64) torch.argmax alone was already faster than the fused
-    kernel (its split-V partials + ticket cost more than the single argmax pass)."""
-    return rows <= 64 and (vocab >= 65536 or rows <= 8)
+
+def fused_is_faster(rows: int, vocab: int) -> bool:
+    """Whether VERIFY_DISPATCH picks the single-launch kernel at this shape."""
+    return dispatch(rows, vocab)[0] == "fused"
 
 
 def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, retrive_next_sibling,
                        num_steps_plus_one, counters=None, block: int | None = None, nsplit: int | None = None,
-                       fused: bool | None = None):
-    """Launch the single-pass verify kernel, or torch.argmax + the walk kernel where that is
-    faster (`fused_is_faster`; `fused` forces one of them, for tests and benchmarks).
+                       fused: bool | None = None, num_warps: int | None = None,
+                       programs_per_sm: int | None = None, walk_warps: int | None = None):
+    """Launch the single-pass verify kernel, or torch.argmax + the walk kernel, as VERIFY_DISPATCH
+    says (`fused` forces one of them; `block`, `nsplit`, `num_warps`, `programs_per_sm`,
+    `walk_warps` override the configuration: tests and benchmarks).
 
     Precondition: retrive_index[b, i] == b*N + i (as build_tree makes): the walk indexes
     target_predict and predict by node within the request, and writes accept_index from retrive_index.
@@ -193,17 +240,21 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
         hist, att, acc = counters.accept_length_hist, counters.depth_attempted, counters.depth_accepted
     else:
         hist = att = acc = accept_length  # unused (HAS_COUNTERS=False)
-    if not (fused_is_faster(rows, vocab) if fused is None else fused):
+    path, (cfg_block, cfg_warps, cfg_pps) = dispatch(rows, vocab)
+    if fused is not None:
+        path = "fused" if fused else "argmax"
+    np_ = triton.next_power_of_2(n)
+    if path == "argmax":
         torch.argmax(logits, dim=-1, out=target_predict)
         _walk_kernel[(batch,)](
             target_predict, cand, ridx, nxt, sib, predict, accept_index, accept_length, bonus, hist, att, acc,
-            N=n, NP=triton.next_power_of_2(n), W=width, WP=triton.next_power_of_2(width),
-            HAS_COUNTERS=counters is not None, num_warps=1)
+            N=n, NP=np_, W=width, WP=triton.next_power_of_2(width),
+            HAS_COUNTERS=counters is not None, num_warps=walk_warps or WALK_WARPS.get(np_, 4))
         return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)
-    block = block or BLOCK
+    block = block or cfg_block
     tiles = triton.cdiv(vocab, block)
     if nsplit is None:
-        nsplit = min(tiles, max(1, triton.cdiv(6 * _num_sms(device), rows)))
+        nsplit = min(tiles, max(1, triton.cdiv((programs_per_sm or cfg_pps) * _num_sms(device), rows)))
     chunk = triton.cdiv(tiles, nsplit) * block
     nsplit = triton.cdiv(vocab, chunk)
     keys = workspace("verify_keys", rows, torch.int64, KEY_INIT, device)
@@ -213,6 +264,6 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
         cand, ridx, nxt, sib, keys, tickets,
         predict, accept_index, accept_length, target_predict, bonus,
         hist, att, acc,
-        N=n, NP=triton.next_power_of_2(n), W=width, WP=triton.next_power_of_2(width),
-        BLOCK=block, HAS_COUNTERS=counters is not None, num_warps=NUM_WARPS)
+        N=n, NP=np_, W=width, WP=triton.next_power_of_2(width),
+        BLOCK=block, HAS_COUNTERS=counters is not None, num_warps=num_warps or cfg_warps)
     return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)

@@ -135,7 +135,11 @@ def verify_tree_reference(
 
 def verify_tree(logits, candidates, retrive_index, retrive_next_token, retrive_next_sibling,
                 num_steps_plus_one, counters=None) -> VerifyResult:
-    """Triton implementation of `verify_tree_reference` (same contract). Needs CUDA or TRITON_INTERPRET=1."""
+    """Triton implementation of `verify_tree_reference` (same contract). Needs CUDA or TRITON_INTERPRET=1.
+
+    Dispatches per shape (kernels._verify_tree_triton.VERIFY_DISPATCH): the single-launch fused
+    kernel (split-V argmax + parallel tree walk by the last-arriving program), or torch.argmax +
+    the parallel walk kernel where torch.argmax is the faster argmax."""
     from kernels._verify_tree_triton import verify_tree_triton
 
     return verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, retrive_next_sibling,

@@ -44,21 +44,23 @@ def test_reference_hand_values():
     (1, 50, 4, torch.float32, None, None),     # V smaller than a block
     (5, 777, 3, torch.float32, 64, 1),         # many tiles, one split: early-exit path
 ])
-def test_random(tri, rows, vocab, k, dtype, block, nsplit):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-launch"])
+def test_random(tri, rows, vocab, k, dtype, block, nsplit, fused):
     torch.manual_seed(rows * vocab + k)
     logits = (torch.randn(rows, vocab) * 3).to(dtype)
-    _check(tri, logits, k, block=block, nsplit=nsplit)
+    _check(tri, logits, k, block=block, nsplit=nsplit, fused=fused)
 
 
 @pytest.mark.parametrize("nsplit", [1, 2, 3])
 @pytest.mark.parametrize("k", [1, 4, 8])
-def test_forced_ties(tri, k, nsplit):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-launch"])
+def test_forced_ties(tri, k, nsplit, fused):
     logits = torch.zeros(3, 2000)
     logits[0, ::7] = 1.0           # ~286-way tie at the top
     logits[2, 1900:] = 0.5         # 100-way tie at the end of the vocabulary
-    _check(tri, logits, k, block=128, nsplit=nsplit)
+    _check(tri, logits, k, block=128, nsplit=nsplit, fused=fused)
     bf = (torch.randn(2, 1500) * 0.05).bfloat16()  # bf16 rounding makes many duplicates
-    _check(tri, bf, k, block=256, nsplit=nsplit)
+    _check(tri, bf, k, block=256, nsplit=nsplit, fused=fused)
 
 
 @pytest.mark.parametrize("k", [1, 4, 8])
@@ -70,7 +72,9 @@ def test_neg_inf_mask_and_d2t(tri, k):
     logits[2, :900] = torch.randn(900)
     hot = torch.randperm(2100) + 5
     for nsplit in (1, 3):
-        _check(tri, logits, k, hot, block=256, nsplit=nsplit)
+        for fused in (True, False):
+            _check(tri, logits, k, hot, block=256, nsplit=nsplit, fused=fused)
+    _check(tri, logits, k, hot, block=1024, nsplit=2, fused=True)  # super-group maxima from pass 1
 
 
 def test_empty_rows(tri):
@@ -110,5 +114,37 @@ def test_super_group_pruning_with_ties(tri, k):
     logits[0, [8999, 5000, 2047, 2048, 1]] = 3.0     # 5-way tie across four super-groups
     logits[1, 4096:4100] = 2.0
     logits[1, 7000] = 2.0
-    _check(tri, logits, k, block=512, nsplit=2)
-    _check(tri, logits.bfloat16(), k, block=1024, nsplit=3)
+    for fused in (True, False):
+        _check(tri, logits, k, block=512, nsplit=2, fused=fused)
+        _check(tri, logits.bfloat16(), k, block=1024, nsplit=3, fused=fused)
+
+
+@pytest.mark.parametrize("k", [1, 8, 16])
+@pytest.mark.parametrize("nsplit", [1, 2, 5])
+def test_fused_super_group_maxima_from_pass1(tri, k, nsplit):
+    """BLOCK a multiple of 1024: the fused kernel's pass 1 writes super-group maxima; ties across
+    super-groups and splits, a partial last super-group, -inf runs, and -0.0 vs +0.0."""
+    logits = torch.randn(3, 10_500) - 6
+    logits[0, [10_499, 9_216, 2_047, 2_048, 5]] = 2.5     # 5-way tie over four super-groups
+    logits[1, :4096] = float("-inf")
+    logits[1, 6000:6040] = 1.0                            # 40-way tie inside two groups
+    logits[2] = 0.0
+    logits[2, ::3] = -0.0                                 # all equal: the lowest indices win
+    _check(tri, logits, k, block=1024, nsplit=nsplit, fused=True)
+    _check(tri, logits.bfloat16(), k, block=2048, nsplit=nsplit, fused=True, maxnreg=128)
+
+
+def test_fused_tickets_reset_between_calls(tri):
+    """The fused kernel resets its per-row tickets: repeated and differently shaped calls stay exact."""
+    for rows, vocab in ((4, 3000), (4, 3000), (7, 1200), (4, 3000)):
+        torch.manual_seed(rows + vocab)
+        _check(tri, torch.randn(rows, vocab), 4, block=256, nsplit=3, fused=True)
+
+
+def test_config_table(tri):
+    """plan() is the first TOPK_CONFIG row whose bounds hold."""
+    for rows, vocab in ((1, 5000), (512, 163840), (64, 32000)):
+        want = next(r for r in tri.TOPK_CONFIG
+                    if (r[0] is None or rows <= r[0]) and (r[1] is None or vocab <= r[1]))
+        assert tri.plan(rows, vocab) == tuple(want[2:])
+        assert tri._config(rows, vocab) == tuple(want[3:5])

@@ -134,12 +134,103 @@ def test_repeated_calls_reset_workspace(tri):
     assert torch.equal(second.target_predict, torch.argmax(logits2, -1))
 
 
-def test_dispatch_rule_and_both_paths_agree(tri):
-    """The default picks the fused kernel only where it measured faster than torch.argmax; both
-    variants give the reference's answer (here a 40-row tree: the argmax + walk path)."""
-    assert tri.fused_is_faster(4, 128256) and tri.fused_is_faster(64, 163840) and tri.fused_is_faster(8, 32000)
-    assert not tri.fused_is_faster(256, 128256) and not tri.fused_is_faster(64, 32000)
-    tree = random_tree(5, 2, 3, 8, 500, seed=21)
-    logits = target_logits(tree, 500, 0.8, seed=4)
-    ref = _run_both(tri, logits, tree, 3)  # default dispatch (40 rows, V=500: argmax + walk)
-    assert ref.accept_length.sum() > 0
+def test_dispatch_rule_reads_the_table(tri):
+    """dispatch() is the first VERIFY_DISPATCH row whose bounds hold; fused_is_faster agrees."""
+    for rows in (1, 8, 40, 64, 65, 256, 2048):
+        for vocab in (500, 32000, 128256, 163840):
+            want = next(r for r in tri.VERIFY_DISPATCH
+                        if (r[0] is None or rows <= r[0]) and (r[1] is None or vocab <= r[1]))
+            assert tri.dispatch(rows, vocab) == (want[2], want[3])
+            assert tri.fused_is_faster(rows, vocab) == (want[2] == "fused")
+    assert {r[2] for r in tri.VERIFY_DISPATCH} <= {"fused", "argmax"}
+
+
+@pytest.mark.parametrize("batch,n", [(5, 8), (9, 8), (3, 32)])
+def test_default_dispatch_both_branches(tri, batch, n):
+    """The default entry point (no `fused`), at shapes on both sides of the rule (40, 72, 96 rows),
+    gives the reference's answer."""
+    steps, k = (n - 1, 1) if n <= 8 else (4, 4)
+    tree = random_tree(batch, k, steps, n, 500, seed=batch * 7 + n)
+    logits = target_logits(tree, 500, 0.8, seed=batch)
+    path = tri.dispatch(batch * n, 500)[0]
+    ref = _run_both(tri, logits, tree, steps)
+    assert path in ("fused", "argmax") and ref.accept_length.sum() > 0
+
+
+@pytest.mark.parametrize("batch,k,steps,n", [
+    (3, 2, 5, 19),    # NP = 32
+    (2, 4, 5, 40),    # NP = 64: six pointer-jumping rounds
+    (4, 8, 1, 9),     # one level of 8 siblings
+])
+@pytest.mark.parametrize("agree", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
+def test_parallel_walk_larger_trees(tri, batch, k, steps, n, agree, fused):
+    tree = random_tree(batch, k, steps, n, 700, seed=n * 13 + k)
+    logits = target_logits(tree, 700, agree, seed=steps + n)
+    _run_both(tri, logits, tree, steps, block=256, fused=fused)
+
+
+def _hand_tree():
+    """Root 0 with children in sibling order 3 -> 1 -> 5 (not index order); 1 has children 6 -> 2;
+    3 has child 4; 4 has child 7. Nodes 3 and 1 carry the same token (the first in sibling order
+    must win), as do 6 and 2."""
+    nxt = torch.tensor([[3, 6, -1, 4, 7, -1, -1, -1]])
+    sib = torch.tensor([[-1, 5, -1, 1, -1, -1, 2, -1]])
+    cand = torch.tensor([[9, 11, 12, 11, 13, 14, 12, 15]])
+    ridx = torch.arange(8).view(1, 8)
+    return cand, ridx, nxt, sib
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
+def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, fused):
+    cand, ridx, nxt, sib = _hand_tree()
+    vocab = 40
+
+    def logits_for(targets):
+        x = torch.randn(8, vocab, generator=torch.Generator().manual_seed(len(targets)))
+        for node, tok in targets.items():
+            x[node, tok] = 20.0
+        return x
+
+    cases = [
+        ({0: 11, 3: 13, 4: 15}, 4),   # 0 -> 3 (before 1 in sibling order) -> 4 -> 7
+        ({0: 11, 3: 13, 4: 15}, 2),   # same targets, depth capped at S = 2
+        ({0: 14, 5: 12}, 3),          # last sibling 5 accepted; 5 has no child
+        ({0: 12, 1: 12}, 3),          # token 12 only below node 1: none accepted at depth 1
+        ({0: 11, 3: 15}, 3),          # 3 accepted, its child 4 does not match
+    ]
+    for targets, steps in cases:
+        logits = logits_for(targets)
+        args = (logits, cand, ridx, nxt, sib, steps + 1)
+        c_ref, c_tri = AcceptCounters.zeros(steps), AcceptCounters.zeros(steps)
+        ref = verify_tree_reference(*args, c_ref)
+        out = tri.verify_tree_triton(*args, c_tri, fused=fused, block=128)
+        for f in FIELDS:
+            assert torch.equal(getattr(ref, f), getattr(out, f)), (targets, steps, f, getattr(ref, f), getattr(out, f))
+        pos = ref.accept_index[ref.accept_index >= 0].long()
+        assert torch.equal(ref.predict[pos], out.predict[pos])
+        for f in ("accept_length_hist", "depth_attempted", "depth_accepted"):
+            assert torch.equal(getattr(c_ref, f), getattr(c_tri, f)), (targets, steps, f)
+    # the reference itself on the first two cases (hand values)
+    ref = verify_tree_reference(logits_for(cases[0][0]), cand, ridx, nxt, sib, 5)
+    assert ref.accept_index.tolist() == [[0, 3, 4, 7, -1]] and ref.accept_length.tolist() == [3]
+    ref = verify_tree_reference(logits_for(cases[1][0]), cand, ridx, nxt, sib, 3)
+    assert ref.accept_index.tolist() == [[0, 3, 4]] and ref.accept_length.tolist() == [2]
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
+def test_ties_neg_inf_all_and_none_accept_both_paths(tri, fused):
+    """Ties and -inf rows on both paths; all-accept and none-accept chains."""
+    vocab, steps = 600, 4
+    tree = random_tree(3, 1, steps, steps + 1, vocab, seed=31)
+    logits = torch.full((15, vocab), float("-inf"))
+    logits[:, 7::5] = 0.5                       # argmax a many-way tie: lowest index 7
+    ref = _run_both(tri, logits, tree, steps, fused=fused, block=128, nsplit=2)
+    assert ref.target_predict.eq(7).all()
+    ref = _run_both(tri, target_logits(tree, vocab, 1.0, seed=2), tree, steps, fused=fused)
+    assert ref.accept_length.tolist() == [steps] * 3
+    none = torch.randn(15, vocab)
+    none[:, vocab - 1] = 99.0
+    assert not (tree.draft_token[:, 1:] == vocab - 1).any()
+    ref = _run_both(tri, none, tree, steps, fused=fused)
+    assert ref.accept_length.tolist() == [0] * 3

@@ -361,11 +361,12 @@ TOPK_VARIANT_SHAPES = ((64, 8, 163840), (64, 4, 128256), (8, 8, 163840), (64, 8,
 VERIFY_VARIANT_SHAPES = tuple((v, b, n) for v in (32000, 128256, 163840)
                               for b, n in ((1, 4), (1, 8), (8, 8), (64, 4), (64, 8), (64, 32)))
 VERIFY_VARIANTS = (
-    ("argmax+walk", False, None, None, None),
-    ("fused B2048 w4 p6", True, 2048, 4, 6),             # default config of the fused path
+    ("argmax+walk", False, None, None, None),            # default above 64 rows (VERIFY_DISPATCH)
+    ("fused B2048 w4 p6", True, 2048, 4, 6),             # default fused config (measured before)
     ("fused B2048 w4 p16", True, 2048, 4, 16),
-    ("fused B4096 w8 p16", True, 4096, 8, 16),
-    ("fused B2048 w4 p32", True, 2048, 4, 32),
+    ("fused B4096 w4 p16", True, 4096, 4, 16),           # more loads in flight per thread
+    ("fused B8192 w8 p16", True, 8192, 8, 16),
+    ("fused B4096 w4 p32", True, 4096, 4, 32),
 )
 
 
@@ -398,7 +399,7 @@ def variants_draft_topk(bw):
 
 def variants_verify(bw):
     g = torch.Generator(device=DEV).manual_seed(7)
-    winners = []
+    winners, by_vocab = [], {}
     for v, b, n in VERIFY_VARIANT_SHAPES:
         if True:
             steps, k = (n - 1, 1) if n <= 8 else (5, 8)
@@ -426,10 +427,16 @@ def variants_verify(bw):
             print(f"variants verify_tree B={b} N={n} R={b * n} V={v} argmax alone {argmax:.1f}us default={path} | " +
                   ", ".join(f"{t:.1f}us {lab} ({argmax / t:.2f}x){'' if ok else ' MISMATCH'}" for t, lab, ok in res),
                   flush=True)
+            best_fused = min((t, lab) for t, lab, _ in res if lab.startswith("fused"))
+            walk_t = next(t for t, lab, _ in res if lab == "argmax+walk")
+            by_vocab.setdefault(v, []).append((b * n, "fused " + best_fused[1][6:] if best_fused[0] < walk_t else "argmax"))
             winners.append(f"  R={b * n} V={v}: {res[0][1]} {res[0][0]:.1f}us vs argmax {argmax:.1f}us "
                            f"({argmax / res[0][0]:.2f}x){'' if res[0][0] <= argmax else '  SLOWER THAN ARGMAX'}")
     print("verify_tree variant winners (edit VERIFY_DISPATCH in kernels/_verify_tree_triton.py):\n" + "\n".join(winners),
           flush=True)
+    for v, picks in by_vocab.items():
+        print(f"verify_tree path per R at V={v} (fused vs argmax+walk): " +
+              ", ".join(f"R={r_}: {pick}" for r_, pick in sorted(picks)), flush=True)
 
 
 def check_irregular():

@@ -67,8 +67,10 @@ READER_CONFIG = {
 # A memory limit, so that DuckDB's buffer pool does not grow with the database during a long
 # ingest (peak RSS at 8M lines: 1019 MB without, 779 MB with; 2M lines: unchanged, but ~0.2-0.4 s
 # slower); what needs more (a from-scratch run_window_sums over 7.6M windows) spills to disk
-# (7.8 s, 355 MB peak).
-WRITER_CONFIG = {"checkpoint_threshold": "1GB", "memory_limit": "256MB"}
+# (7.8 s, 355 MB peak). 384 MB rather than 256 MB: inserts under 256 MB evicted the chunk being
+# appended (2M lines, interleaved medians 4.41 vs 4.07 s; peak RSS 767 vs 774 MB at 2M lines,
+# 777 vs 847 MB at 8M; 512 MB: 907 MB at 8M and no faster).
+WRITER_CONFIG = {"checkpoint_threshold": "1GB", "memory_limit": "384MB"}
 
 _ARROW = {
     "VARCHAR": pa.string(), "JSON": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
@@ -382,6 +384,12 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
                         [new_offset, new_lines_done, now, source.path, source.fingerprint,
                          source.fingerprint_len, source.device, source.inode,
                          source.tail_fingerprint, source.source_id])
+        if run_id is not None:
+            # before the rows: the from-scratch sum at attach then covers only what was stored
+            # before this range (nothing, for a new source), and the fold below adds this range
+            # to every run holding it, this one included (was: after the rows, summing the first
+            # chunk twice: 0.2 s at the first 64 MB chunk)
+            attach_source(con, run_id, source.source_id)
         n = windows = 0
         for table, cols in batches.items():
             k = insert(con, table, cols)
@@ -389,8 +397,6 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
             windows += k if table == "decode_windows" else 0
         if windows:   # the runs holding this range get the new windows in their partial sums
             summaries.fold_appended(con, source.source_id, expect_offset)
-        if run_id is not None:
-            attach_source(con, run_id, source.source_id)
         con.execute("COMMIT")
         return n
     except BaseException:

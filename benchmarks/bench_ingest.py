@@ -138,10 +138,10 @@ con.close()
 print(f"{time.perf_counter() - t0:.4f} {n}")
 """
 
-def run_measured(cmd: list[str], env=None) -> tuple[float, str, float]:
+def run_measured(cmd: list[str], env=None, cwd=ROOT) -> tuple[float, str, float]:
     """(wall s, stdout, peak RSS MB) of `cmd`, its RSS read from wait4's rusage."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
     # read the pipes, then reap with wait4 to get this child's own rusage
     out = p.stdout.read()
     err = p.stderr.read()
@@ -170,9 +170,9 @@ def stored_rows(db: Path) -> int:
                            "(SELECT count(*) FROM prefill_windows)").fetchone()[0]
 
 
-def commit() -> str:
+def commit(root: Path = ROOT) -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                               text=True).stdout.strip() or "unknown"
     except OSError:
         return "unknown"
@@ -187,6 +187,9 @@ def main() -> None:
     ap.add_argument("--large-copies", type=int, default=4,
                     help="also ingest the file repeated this many times (0: skip), for peak RSS")
     ap.add_argument("--skip-baselines", action="store_true")
+    ap.add_argument("--also-tree", type=Path, default=None,
+                    help="another checkout (e.g. a `git worktree` of the base commit): its "
+                         "`specwatch ingest` runs interleaved with this one's, for before/after")
     args = ap.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory() as d:
@@ -208,13 +211,21 @@ def main() -> None:
                         ("duckdb regexp", lambda db: [py, "-c", DUCKDB, str(log), str(db)], "print")]
         methods += [("specwatch", lambda db: [py, "-m", "specwatch.cli", "ingest", str(log), "--db",
                                               str(db)], "db")]
+        other = {}
+        if args.also_tree is not None:
+            tree = args.also_tree.resolve()
+            name = f"sw@{commit(tree)}"
+            other[name] = (tree, dict(os.environ, PYTHONPATH=str(tree)))
+            methods += [(name, lambda db: [py, "-m", "specwatch.cli", "ingest", str(log), "--db",
+                                           str(db)], "db")]
         floor = "store floor"
         results: dict[str, list[tuple[float, float, int]]] = {m[0]: [] for m in methods}
         results[floor] = []
         for rep in range(args.repeats):
             for name, cmd, check in methods:
                 db = Path(d) / f"{name.split()[0]}{rep}.duckdb"
-                wall, out, rss = run_measured(cmd(db))
+                tree, env = other.get(name, (ROOT, None))
+                wall, out, rss = run_measured(cmd(db), env=env, cwd=tree)
                 rows = (stored_rows(db) if check == "db" else int(out.split()[-1]) if check == "print"
                         else want)
                 results[name].append((wall, rss, rows))
@@ -242,7 +253,7 @@ def main() -> None:
             big.unlink()
             (Path(d) / "large.duckdb").unlink()
         grep = statistics.median(w for w, _, _ in results["grep -c"])
-        print(f"commit {commit()}, device: {os.cpu_count()} CPU cores (this host, shared), no weights")
+        print(f"commit {commit()}{f' (vs {list(other)[0]})' if other else ''}, device: {os.cpu_count()} CPU cores (this host, shared), no weights")
         print(f"file: {args.lines} lines, {size_mb:.0f} MB, {want} decode+prefill lines expected")
         print(f"{'method':<15} {'wall_s (each rep)':<22} {'median':>8} {'x grep':>7} "
               f"{'peak_rss_mb':>12} {'rows':>9} {'rows ok':>8}")

@@ -219,16 +219,19 @@ def _draft_topk_fused_kernel(
 # spills for sm_90 (cuobjdump -res-usage on the AOT cubin: LOCAL 0) and allows 4 CTAs = 16 warps.
 # fused=True: one launch, the last-arriving split of each row merges it (`_draft_topk_fused_kernel`);
 # fused=False: the streaming pass then a merge launch (one program per row).
-# Where the numbers come from: the H200 sweep (kernels_h200.md, two-launch version, K=8, in graph):
-# BLOCK 4096 / 4 warps / 8 programs per SM was best or within 6% of best at 512x163840,
-# 256x128256, 512x32000, 64x163840, 8x128256. The two-launch version measured 74.1 us at
-# 512x163840 with its pass 1 alone 48.7 us: the merge launch (one program per row, 2K serial
-# reductions per level, not overlapped with any streaming) cost ~25 us. fused=True is the
-# unmeasured best guess: merges overlap the other rows' streaming and use one key-max per
-# extraction; `--variants` times it against the two-launch kernel and other tiles/splits.
+# Where the numbers come from: `bench_kernels.py --variants` on the H200 (2026-12-01, in graph,
+# benchmarks/results/kernels_h200.md): fused B4096/4 warps/8 per SM won at R = 8 (9.5, 5.6 us);
+# the two-launch kernel at R = 64, V = 163840 (15.2 vs 16.4 us) and R = 512, V = 32000 (20.2 vs
+# 22.4 us); fused B2048 at R = 256, V = 128256 (28.8 vs 31.4 two-launch); at R = 512, V = 163840
+# fused B4096 (no register cap) 69.2 us and two-launch 70.3 us: a tie, so the fusion did not pay
+# there (1.74x the 39.7 us HBM floor; the 1.5x target is missed). The register cap of 128 was
+# slower at every shape (35.5 vs 31.5, 79.0 vs 69.2 us).
 TOPK_CONFIG: tuple[tuple[int | None, int | None, bool, int, int, int, int | None], ...] = (
     (None, 8192, True, 1024, 4, 8, None),
-    (None, None, True, 4096, 4, 8, 128),
+    (8, None, True, 4096, 4, 8, None),
+    (64, None, False, 4096, 4, 8, None),
+    (256, None, True, 2048, 4, 8, None),
+    (None, None, False, 4096, 4, 8, None),
 )
 
 

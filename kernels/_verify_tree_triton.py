@@ -171,17 +171,19 @@ def _num_sms(device: torch.device) -> int:
 # path "fused": the single-launch kernel (split-V argmax + walk by the last-arriving program), with
 #   (BLOCK, num_warps, programs per SM for the split count).
 # path "argmax": torch.argmax + `_walk_kernel` (the SGLang shape: argmax, then a walk launch).
-# Measured rows it came from (benchmarks/results/kernels_h200.md, in graph, with the old SERIAL
-# walk): fused beat torch.argmax alone at R <= 8 for every V and at R = 64 for V >= 128256
-# (17.3-18.8 vs 23-27 us); it lost at R = 64, V = 32000 (14.6 vs 9.0: the serial walk) and at
-# R >= 256 (50-120 vs 47-101 us: only 6 programs per SM, 58-66% of the HBM floor).
-# Best guess for the parallel walk (not measured yet): fused up to 64 rows everywhere (its walk is
-# now a few hundred ns, and argmax + any walk launch pays a second graph node); above that
-# torch.argmax + walk. `bench_kernels.py --variants` times both paths and the fused configs
-# below per shape and prints the winners: replace these rows with what it prints.
+# Measured rows (H200, in graph, `bench_kernels.py --variants`, benchmarks/results/kernels_h200.md,
+# 2026-12-01 run): fused B2048/4 warps beat torch.argmax + walk at every shape except R = 512,
+# V = 32000 (28.1 us argmax + walk vs 28.9 fused); 16 programs per SM win at R <= 8 and at
+# R = 256-512 for V >= 128256, 6 per SM at R = 64 and R = 2048 (and R <= 256 at V = 32000).
+# Against torch.argmax ALONE (no walk) this table still loses at V = 32000, R = 64 / 256 / 512
+# (0.95x / 0.94x / 0.84x): there argmax over 32000 columns is already near its launch floor.
 VERIFY_DISPATCH: tuple[tuple[int | None, int | None, str, tuple[int, int, int]], ...] = (
+    (8, None, "fused", (2048, 4, 16)),
     (64, None, "fused", (2048, 4, 6)),
-    (None, None, "argmax", (2048, 4, 6)),
+    (256, 32000, "fused", (2048, 4, 6)),
+    (512, 32000, "argmax", (2048, 4, 6)),
+    (512, None, "fused", (2048, 4, 16)),
+    (None, None, "fused", (2048, 4, 6)),
 )
 # num_warps of `_walk_kernel` by NP (next power of two of N): [NP, NP] gathers in registers.
 WALK_WARPS = {8: 1, 16: 1, 32: 2, 64: 4}

@@ -90,6 +90,7 @@ class ConfigResult:
     port: int | None = None
     gpus: list[int] | None = None
     hostname: str | None = None
+    sglang_version: str | None = None  # the launch interpreter's sglang (what it really ran)
     ray_node_id: str | None = None
     ray_retries: int | None = None
     runs: list[RunResult] = field(default_factory=list)
@@ -228,6 +229,7 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
             version = sweep.sglang_version or (
                 launch.installed_sglang_version(sweep.launch_command)
                 if sweep.engine == "sglang" else None)     # the launch interpreter's sglang
+            out.sglang_version = version
             argv = launch.command(sweep.engine, c, job.port, draft_path, sweep.launch_command,
                                   version, gpus=job.gpus)
             env = launch.environment(dict(os.environ), sweep.env, job.gpus, sweep.engine)

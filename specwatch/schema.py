@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 16   # 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+SCHEMA_VERSION = 17   # 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
 
 
 def _t(sql: str):
@@ -103,6 +103,10 @@ class Run:
     order_seed: int = _t("BIGINT")
     gpu_ids: str = _t("VARCHAR")
     node_hostname: str = _t("VARCHAR")
+    # SGLang's version in the interpreter that launched the server (sweeps; NULL for ingested
+    # logs and the built-in engine): SGLang 0.5.x logs do not print it, and aux-id capture rules
+    # differ between versions (aux_layers.py)
+    sglang_version: str = _t("VARCHAR")
     ray_node_id: str = _t("VARCHAR")
     ray_retries: int = _t("INTEGER")
     attached_endpoint: str = _t("VARCHAR")

@@ -221,7 +221,10 @@ def _open(path: str, read_only: bool, config: dict | None) -> duckdb.DuckDBPyCon
     except duckdb.Error as exc:
         err = explain(path, exc)
         if err is None:
-            raise StoreError(f"{path}: cannot open database: {str(exc).splitlines()[0]}") from None
+            parent = Path(path).parent
+            hint = (f"; the directory {parent} does not exist: create it or pick another --db"
+                    if not read_only and not parent.exists() else "")
+            raise StoreError(f"{path}: cannot open database: {str(exc).splitlines()[0]}{hint}") from None
         raise err from None
 
 

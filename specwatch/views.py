@@ -219,7 +219,7 @@ WITH kept AS (
     coalesce(c.dp_size, vc.dp_size, r.dp_size) AS dp_size,
     coalesce(c.pp_size, vc.pp_size) AS pp_size,
     r.sampling_fingerprint, r.node_hostname,
-    c.sglang_version AS sglang_version,
+    coalesce(c.sglang_version, r.sglang_version) AS sglang_version,
     r.aux_layer_ids,
     -- simulated acceptance: SGLANG_SIMULATE_ACC_LEN (sim_cfg) or vLLM's synthetic rejection
     -- sampling (server_configs.simulated); false = the log shows no simulation

@@ -103,7 +103,8 @@ def store_result(db: str, result: ConfigResult, out_dir: str | Path,
     ids already stored from this same result (a run is final once measured), so storing after
     every run costs one run each time. Returns the run ids stored."""
     source_id = ingest_log(db, local_log(result, out_dir))
-    node = {"node_hostname": result.hostname, "ray_node_id": result.ray_node_id,
+    node = {"node_hostname": result.hostname, "sglang_version": result.sglang_version,
+            "ray_node_id": result.ray_node_id,
             "ray_retries": result.ray_retries}
     rows, reqs, ranges = [], {}, {}
     runs = [r for r in result.runs if r.run_id not in skip]

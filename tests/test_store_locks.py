@@ -375,3 +375,11 @@ def test_second_signal_stops_a_tail_that_waits_for_a_held_database(tmp_path):
         holder.wait()
     run_cli("ingest", log, "--db", db)
     assert tokens(db) == list(range(10))
+
+
+def test_a_database_in_a_missing_directory_says_so_and_creates_nothing(tmp_path):
+    path = tmp_path / "no-such-dir" / "sw.duckdb"
+    with pytest.raises(store.StoreError, match=r"the directory .*no-such-dir does not exist: create it"):
+        with store.writer(path):
+            pass
+    assert not path.parent.exists()

@@ -93,6 +93,12 @@ speculative_eagle_topk = 1
         # the real cause from SGLang's own log, not "exited with code -9" (SGLang kills its tree)
         assert r["failure_reason"].startswith("ModuleNotFoundError: No module named 'vllm'"), r
         assert r["failure_reason"] in text
+    # SGLang 0.5.x logs do not print their version: the sweep records the launch interpreter's
+    # (the aux-id capture rules doctor applies depend on it)
+    installed = subprocess.run([SGLANG_PY, "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    versions = query.run_sql(db, "SELECT DISTINCT sglang_version FROM config_summary").dicts()
+    assert [v["sglang_version"] for v in versions] == [installed], versions
     cfgs = query.run_sql(db, "SELECT model_path, draft_model_path, speculative_algorithm, "
                              "speculative_num_steps FROM server_configs ORDER BY 2 NULLS FIRST"
                          ).dicts()

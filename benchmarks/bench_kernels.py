@@ -226,23 +226,29 @@ def random_tree(batch, k, steps, n, vocab):
                                                   "retrive_next_sibling")}
 
 
+def verify_inputs(g, v: int, b: int, n: int):
+    """(steps, verify_tree args) for b trees of n nodes over vocab v: chains for small n, a K=8
+    tree for n=32; the target agrees with the first child 80% of the time so walks are long."""
+    steps, k = (n - 1, 1) if n <= 8 else (5, 8)
+    tree = random_tree(b, k, steps, n, v)
+    logits = torch.randn(b * n, v, device=DEV, generator=g)
+    rows_ = torch.arange(b * n, device=DEV)
+    child = tree["retrive_next_token"].flatten()
+    tok = torch.where(child >= 0, tree["draft_token"].flatten()[(rows_ // n) * n + child.clamp(min=0)], 0)
+    agree = (torch.rand(b * n, device=DEV, generator=g) < 0.8) & (child >= 0)
+    logits[rows_[agree], tok[agree]] = 30.0
+    return steps, (logits, tree["draft_token"], tree["retrive_index"], tree["retrive_next_token"],
+                   tree["retrive_next_sibling"], steps + 1)
+
+
 def bench_verify(bw, compile_shapes, quick):
     g = torch.Generator(device=DEV).manual_seed(2)
     shapes = [(v, b, n) for v in (32000, 128256, 163840) for b, n in ((1, 4), (1, 8), (8, 8), (64, 4), (64, 8), (64, 32))]
     if quick:
         shapes = [(128256, 1, 4), (163840, 64, 8)]
     for v, b, n in shapes:
-        steps, k = (n - 1, 1) if n <= 8 else (5, 8)   # chains for small N, a K=8 tree for N=32
-        tree = random_tree(b, k, steps, n, v)
-        logits = torch.randn(b * n, v, device=DEV, generator=g)
-        # make the target agree with the first child most of the time so walks are long
-        rows_ = torch.arange(b * n, device=DEV)
-        child = tree["retrive_next_token"].flatten()
-        tok = torch.where(child >= 0, tree["draft_token"].flatten()[(rows_ // n) * n + child.clamp(min=0)], 0)
-        agree = (torch.rand(b * n, device=DEV, generator=g) < 0.8) & (child >= 0)
-        logits[rows_[agree], tok[agree]] = 30.0
-        args = (logits, tree["draft_token"], tree["retrive_index"], tree["retrive_next_token"],
-                tree["retrive_next_sibling"], steps + 1)
+        steps, args = verify_inputs(g, v, b, n)
+        logits = args[0]
         c1, c2 = AcceptCounters.zeros(steps, DEV), AcceptCounters.zeros(steps, DEV)
         ref = verify_tree_reference(*args, c1)
         out = verify_tree_triton(*args, c2)
@@ -401,37 +407,28 @@ def variants_verify(bw):
     g = torch.Generator(device=DEV).manual_seed(7)
     winners, by_vocab = [], {}
     for v, b, n in VERIFY_VARIANT_SHAPES:
-        if True:
-            steps, k = (n - 1, 1) if n <= 8 else (5, 8)
-            tree = random_tree(b, k, steps, n, v)
-            logits = torch.randn(b * n, v, device=DEV, generator=g)
-            rows_ = torch.arange(b * n, device=DEV)
-            child = tree["retrive_next_token"].flatten()
-            tok = torch.where(child >= 0, tree["draft_token"].flatten()[(rows_ // n) * n + child.clamp(min=0)], 0)
-            agree = (torch.rand(b * n, device=DEV, generator=g) < 0.8) & (child >= 0)
-            logits[rows_[agree], tok[agree]] = 30.0
-            args = (logits, tree["draft_token"], tree["retrive_index"], tree["retrive_next_token"],
-                    tree["retrive_next_sibling"], steps + 1)
-            ref = verify_tree_reference(*args)
-            counters = AcceptCounters.zeros(steps, DEV)
-            argmax = t_graph(lambda: torch.argmax(logits, dim=-1))
-            res = []
-            for label, fused, block, warps, pps in VERIFY_VARIANTS:
-                kw = dict(fused=fused, block=block, num_warps=warps, programs_per_sm=pps)
-                out = verify_tree_triton(*args, **kw)
-                ok = all(torch.equal(getattr(ref, f), getattr(out, f)) for f in ("accept_index", "accept_length", "target_predict", "bonus"))
-                t = t_graph(lambda: verify_tree_triton(*args, counters, **kw))
-                res.append((t, label, ok))
-            res.sort()
-            path = VT.dispatch(b * n, v)[0]
-            print(f"variants verify_tree B={b} N={n} R={b * n} V={v} argmax alone {argmax:.1f}us default={path} | " +
-                  ", ".join(f"{t:.1f}us {lab} ({argmax / t:.2f}x){'' if ok else ' MISMATCH'}" for t, lab, ok in res),
-                  flush=True)
-            best_fused = min((t, lab) for t, lab, _ in res if lab.startswith("fused"))
-            walk_t = next(t for t, lab, _ in res if lab == "argmax+walk")
-            by_vocab.setdefault(v, []).append((b * n, "fused " + best_fused[1][6:] if best_fused[0] < walk_t else "argmax"))
-            winners.append(f"  R={b * n} V={v}: {res[0][1]} {res[0][0]:.1f}us vs argmax {argmax:.1f}us "
-                           f"({argmax / res[0][0]:.2f}x){'' if res[0][0] <= argmax else '  SLOWER THAN ARGMAX'}")
+        steps, args = verify_inputs(g, v, b, n)
+        logits = args[0]
+        ref = verify_tree_reference(*args)
+        counters = AcceptCounters.zeros(steps, DEV)
+        argmax = t_graph(lambda: torch.argmax(logits, dim=-1))
+        res = []
+        for label, fused, block, warps, pps in VERIFY_VARIANTS:
+            kw = dict(fused=fused, block=block, num_warps=warps, programs_per_sm=pps)
+            out = verify_tree_triton(*args, **kw)
+            ok = all(torch.equal(getattr(ref, f), getattr(out, f)) for f in ("accept_index", "accept_length", "target_predict", "bonus"))
+            t = t_graph(lambda: verify_tree_triton(*args, counters, **kw))
+            res.append((t, label, ok))
+        res.sort()
+        path = VT.dispatch(b * n, v)[0]
+        print(f"variants verify_tree B={b} N={n} R={b * n} V={v} argmax alone {argmax:.1f}us default={path} | " +
+              ", ".join(f"{t:.1f}us {lab} ({argmax / t:.2f}x){'' if ok else ' MISMATCH'}" for t, lab, ok in res),
+              flush=True)
+        best_fused = min((t, lab) for t, lab, _ in res if lab.startswith("fused"))
+        walk_t = next(t for t, lab, _ in res if lab == "argmax+walk")
+        by_vocab.setdefault(v, []).append((b * n, "fused " + best_fused[1][6:] if best_fused[0] < walk_t else "argmax"))
+        winners.append(f"  R={b * n} V={v}: {res[0][1]} {res[0][0]:.1f}us vs argmax {argmax:.1f}us "
+                       f"({argmax / res[0][0]:.2f}x){'' if res[0][0] <= argmax else '  SLOWER THAN ARGMAX'}")
     print("verify_tree variant winners (edit VERIFY_DISPATCH in kernels/_verify_tree_triton.py):\n" + "\n".join(winners),
           flush=True)
     for v, picks in by_vocab.items():

@@ -16,7 +16,8 @@ Runs on the GPU machine only, inside the environment of the real-SGLang bundle (
      sweep and after a SIGTERM mid-sweep;
   5. write `real_sglang_h200.md` (commit, SGLang version, weight hashes, tables, findings).
 
-    python3 benchmarks/real_sglang_h200.py --site /tmp/site --tools .h200/tools --out $OUT
+    python3 benchmarks/real_sglang_h200.py --site /tmp/site --tools .h200/tools --out /tmp/h200 \
+        --pack $OUT/00-results.tgz
 
 Not a test: nothing here runs in CI (there is no GPU there). The contract tier
 (`tests/contract/`) checks the same facts against the real package without a GPU.
@@ -176,6 +177,7 @@ def write_sweep(path: Path, name: str, target: str, draft: str, repeats: int, nu
     path.write_text("\n".join(lines))
 
 
+PACK: str | None = None       # --pack: also write this .tgz at every save()
 WATCH: dict[str, dict] = {}   # per sweep database: GpuWatch.summary()
 
 
@@ -432,6 +434,16 @@ def save(report: dict, out: Path, t_start: float) -> None:
         md.append("```\n" + json.dumps({k: v for k, v in ph.items() if k != "runs"}, indent=1,
                                        default=str) + "\n```")
     (out / "real_sglang_h200.md").write_text("\n".join(md) + "\n")
+    if PACK:
+        # the device tool returns a limited number of files: one archive of the small ones
+        # (reports, sweep and server logs; not the databases) always comes back
+        import tarfile
+        tmp = Path(PACK + ".tmp")
+        with tarfile.open(tmp, "w:gz") as tar:
+            for f in sorted(out.rglob("*")):
+                if f.is_file() and f.suffix in (".json", ".md", ".log"):
+                    tar.add(f, arcname=str(f.relative_to(out.parent)))
+        tmp.replace(PACK)
 
 
 def main() -> int:
@@ -451,7 +463,12 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--fixture-configs", default=None,
                     help="only these fixture configs (comma-separated names)")
+    ap.add_argument("--pack", default=None,
+                    help="also write the reports and logs as this .tgz after every phase (name it "
+                         "so it sorts first under $OUT: the device returns a limited number of files)")
     args = ap.parse_args()
+    global PACK
+    PACK = args.pack
     sys.path.insert(0, str(ROOT))
     t_start = time.monotonic()
     out = Path(args.out)

@@ -244,14 +244,19 @@ class GraphRunner:
         pad = bs - B
         pad_slots = list(range(B, bs)) if dense else [self.dec.num_slots] * pad
         e.host_in.copy_(torch.tensor([seq_lens + [0] * pad, last + [0] * pad, slots + pad_slots]))
-        if e.graph is None:  # eager (tests on CPU)
+        return self._launch(e, self.body)[:B].tolist()
+
+    def _launch(self, e: _Entry, body) -> torch.Tensor:
+        """Run entry `e` on its host_in: a graph replay (one host->device copy in, one
+        device->host copy out, the one wait), or without capture its body eagerly (CPU tests)."""
+        if e.graph is None:
             e.inp.copy_(e.host_in)
-            return self.body(self.dec, e.inp, e.rng)[:B].tolist()
+            return body(self.dec, e.inp, e.rng)
         e.inp.copy_(e.host_in, non_blocking=True)
         e.graph.replay()
         e.host_out.copy_(e.out, non_blocking=True)
-        self._wait()  # the step's one device->host wait
-        return e.host_out[:B].tolist()
+        self._wait()
+        return e.host_out
 
     def prefill_bucket(self, n: int) -> int | None:
         return next((b for b in self.prefill_buckets if b >= n), None)
@@ -264,14 +269,7 @@ class GraphRunner:
         e = self._entry(L, "prefill")
         pad = [0] * (L - n)
         e.host_in.copy_(torch.tensor([input_ids + pad, input_ids[1:] + [0] + pad, [n, slot] + [0] * (L - 2)]))
-        if e.graph is None:  # eager (tests on CPU)
-            e.inp.copy_(e.host_in)
-            return int(prefill_body(self.dec, e.inp, None)[0])
-        e.inp.copy_(e.host_in, non_blocking=True)
-        e.graph.replay()
-        e.host_out.copy_(e.out, non_blocking=True)
-        self._wait()
-        return int(e.host_out[0])
+        return int(self._launch(e, prefill_body)[0])
 
     def replay_seconds(self, bs: int, iters: int = 50) -> float:
         """Mean wall time of one bare replay of the dense graph of bucket `bs` (no request may be

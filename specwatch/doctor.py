@@ -146,7 +146,7 @@ def _load(db, run: str | None) -> _Ctx:
     ids = sorted({r["run_id"] for r in scope})
     ctx = _Ctx(summary, scope)
     ctx.stats = {r["group_id"]: r for r in _rows(db, """
-        SELECT group_id, first_run_id, sweep_name, config_name, concurrency, repeats, verdict,
+        SELECT group_id, sweep_name, config_name, concurrency, repeats, verdict,
           speedup, speedup_ci_low, speedup_ci_high, speedup_basis, accept_len_min, accept_len_max
         FROM config_stats""")}
     if not ids:
@@ -492,7 +492,9 @@ def _check_speed_repeats(ctx: _Ctx, row: dict, st: dict, base: dict, blocker: st
     """A sweep config with repeats: judged once per (config, concurrency) on its pooled speedup
     and 95 % interval (config_stats), never on one repeat's dip. 'loses' -> error; a point
     estimate below 1 whose interval contains 1 -> warning; anything else says nothing."""
-    if st["verdict"] == "pays" or st["speedup"] >= SLOWER_SPEEDUP or row["run_id"] != st["first_run_id"]:
+    # one finding per group: on its first run among those diagnosed (`doctor --run` may name any)
+    first = min(r["run_id"] for r in ctx.scope if r.get("group_id") == row.get("group_id"))
+    if st["verdict"] == "pays" or st["speedup"] >= SLOWER_SPEEDUP or row["run_id"] != first:
         return []
     at = f" at concurrency {st['concurrency']}" if st.get("concurrency") is not None else ""
     by_conc = {r["concurrency"]: r for r in ctx.stats.values()

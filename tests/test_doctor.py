@@ -541,3 +541,7 @@ def test_repeats_are_judged_pooled_and_a_small_but_consistent_id_loss_warns(db, 
     assert ids[0].evidence.numbers["sibling_aux_layer_ids"] == [1, 3, 5]
     assert "cost 8% of the accept length" in ids[0].title
     assert ids[0].suggestion.startswith("serve eagle_aux_hidden_state_layer_ids = [1, 3, 5]")
+    # asked about one repeat, doctor still gives that config's pooled finding
+    one, _ = doctor.diagnose(db, "slow-r2")
+    assert [(f.run, f.code, f.severity) for f in one if f.code == "slower_than_baseline"] == \
+        [("slow-r2", "slower_than_baseline", "error")]

@@ -179,6 +179,13 @@ def write_sweep(path: Path, name: str, target: str, draft: str, repeats: int, nu
 
 PACK: str | None = None       # --pack: also write this .tgz at every save()
 WATCH: dict[str, dict] = {}   # per sweep database: GpuWatch.summary()
+SAVE_PARTIAL = None           # main() sets it: merge a phase's results so far and save()
+
+
+def save_partial(res: dict) -> None:
+    """Save what a long phase measured so far (the budget can stop it in its next part)."""
+    if SAVE_PARTIAL is not None:
+        SAVE_PARTIAL(res)
 
 
 def run_sweep(sweep: Path, db: Path, out_dir: Path, env: dict, timeout_s: float,
@@ -364,36 +371,63 @@ def exported_phase(args, env: dict, work: Path, out: Path, t_start: float) -> di
                  {"name": "eagle3-s3k1d4-minus1", "draft_model": str(exp / "draft-eagle3-minus1"),
                   **spec},
                  {"name": "eagle3-s3k1d4-shifted",
-                  "draft_model": str(exp / "draft-eagle3-shifted"), **spec}]
+                  "draft_model": str(exp / "draft-eagle3-shifted"), **spec},
+                 # graphs off: does id -1 fail at graph capture or at the first forward?
+                 {"name": "eagle3-s3k1d4-shifted-nograph",
+                  "draft_model": str(exp / "draft-eagle3-shifted"), **spec,
+                  "server_flags": NO_GRAPH}]
+    if args.exported_configs:
+        keep = set(args.exported_configs.split(","))
+        real_cfgs = [c for c in real_cfgs if c["name"] in keep]
+    parts = set(args.exported_parts.split(","))
+    res["parts"] = sorted(parts)
+    if "real" not in parts:
+        real_cfgs = []
     sweep_real = work / "exported-real.toml"
     write_sweep(sweep_real, "exported-real", str(exp / "target"), str(exp / "draft-eagle3"),
-                args.repeats, args.exported_num_prompts, args.output_tokens, "builtin:mixed", real_cfgs,
+                args.exported_repeats or args.repeats, args.exported_num_prompts, args.output_tokens,
+                "builtin:mixed", real_cfgs,
                 [1, 8])
     db = out / "exported.duckdb"
     left = args.budget_s - (time.monotonic() - t_start)
-    rc, wall = run_sweep(sweep_real, db, work / "runs-exp", env, max(60, left - 200),
-                         out / "exported-real.sweep.log")
-    doctor = sh([sys.executable, "-m", "specwatch.cli", "doctor", "--db", str(db)], env=env)
-    res["exported_real"] = {"exit_code": rc, "wall_s": round(wall, 1), "gpu_watch": WATCH.get(str(db)),
-                            "procs_left": sglang_procs(), "gpu_mem_mib_after": gpu_memory_mib(),
-                            "doctor": doctor.stdout[-3000:] + doctor.stderr[-500:],
-                            **analyse(db, sweep_real, None, None)}
+    if real_cfgs:
+        # keep back what the later parts of this phase need
+        later = 110 * ("builtin" in parts) + 90 * ("identity" in parts)
+        rc, wall = run_sweep(sweep_real, db, out / "runs-exp", env, max(60, left - later - 20),
+                             out / "exported-real.sweep.log")
+        doctor = sh([sys.executable, "-m", "specwatch.cli", "doctor", "--db", str(db)], env=env)
+        res["exported_real"] = {"exit_code": rc, "wall_s": round(wall, 1),
+                                "gpu_watch": WATCH.get(str(db)),
+                                "procs_left": sglang_procs(), "gpu_mem_mib_after": gpu_memory_mib(),
+                                "doctor": doctor.stdout[-6000:] + doctor.stderr[-500:],
+                                "sweep_log_tail": (out / "exported-real.sweep.log").read_text(
+                                    errors="replace")[-3000:],
+                                **analyse(db, sweep_real, None, None)}
+        save_partial(res)
+    if "builtin" not in parts and "identity" not in parts:
+        return res
     # The same configs on the built-in engine (committed weights), on the GPU (--gpus 0).
     builtin_cfgs = [{"name": "eagle3-s3k1d4", **spec},
                     {"name": "eagle3-s3k1d4-minus1", "aux_layer_ids": [0, 2, 4], **spec},
                     {"name": "eagle3-s3k1d4-shifted", "draft_model": "builtin:draft-eagle3-shifted",
                      **spec}]
+    if "builtin" not in parts:
+        builtin_cfgs = []
     sweep_b = work / "exported-builtin.toml"
     write_sweep(sweep_b, "exported-builtin", "builtin:target", "builtin:draft-eagle3",
                 args.repeats, args.exported_num_prompts, args.output_tokens, "builtin:mixed",
                 builtin_cfgs, [1, 8], engine="builtin")
-    left = args.budget_s - (time.monotonic() - t_start)
-    rc_b, wall_b = run_sweep(sweep_b, out / "exported-builtin.duckdb", work / "runs-b", env,
-                             max(60, min(150, left - 110)), out / "exported-builtin.sweep.log",
-                             ("--gpus", "0"))
-    res["exported_builtin"] = {"exit_code": rc_b, "wall_s": round(wall_b, 1),
-                               "procs_left": sglang_procs(),
-                               **analyse(out / "exported-builtin.duckdb", sweep_b, None, None)}
+    if builtin_cfgs:
+        left = args.budget_s - (time.monotonic() - t_start)
+        rc_b, wall_b = run_sweep(sweep_b, out / "exported-builtin.duckdb", work / "runs-b", env,
+                                 max(60, min(150, left - 110)), out / "exported-builtin.sweep.log",
+                                 ("--gpus", "0"))
+        res["exported_builtin"] = {"exit_code": rc_b, "wall_s": round(wall_b, 1),
+                                   "procs_left": sglang_procs(),
+                                   **analyse(out / "exported-builtin.duckdb", sweep_b, None, None)}
+        save_partial(res)
+    if "identity" not in parts:
+        return res
     # Greedy identity: the same prompts through both engines with the correct draft.
     prompts = ["def fibonacci(n):", "The capital of France is", "Once upon a time",
                "import numpy as np\n", "Question: what is 17 * 3?\nAnswer:"]
@@ -459,6 +493,13 @@ def main() -> int:
     ap.add_argument("--exported-num-prompts", type=int, default=32,
                     help="prompts per run in the exported phase: at c=8, 8 prompts give ~2 decode "
                          "windows per run (the first is dropped), too few to compare windows")
+    ap.add_argument("--exported-parts", default="real,builtin,identity",
+                    help="which parts of the exported phase run (comma-separated)")
+    ap.add_argument("--exported-repeats", type=int, default=None,
+                    help="repeats in the exported phase (default: --repeats)")
+    ap.add_argument("--exported-configs", default=None,
+                    help="only these real-SGLang configs in the exported phase (comma-separated "
+                         "names; the baseline is always added)")
     ap.add_argument("--phases", default="fixture,sigterm")
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--fixture-configs", default=None,
@@ -467,7 +508,7 @@ def main() -> int:
                     help="also write the reports and logs as this .tgz after every phase (name it "
                          "so it sorts first under $OUT: the device returns a limited number of files)")
     args = ap.parse_args()
-    global PACK
+    global PACK, SAVE_PARTIAL
     PACK = args.pack
     sys.path.insert(0, str(ROOT))
     t_start = time.monotonic()
@@ -515,6 +556,11 @@ def main() -> int:
                 args.repeats, args.num_prompts, args.output_tokens, prompts, configs, [1, 8])
     db = out / "real_sglang.duckdb"
     phase_errors = report.setdefault("phase_errors", {})
+
+    def _partial(res: dict) -> None:
+        report["phases"].update(res)
+        save(report, out, t_start)
+    SAVE_PARTIAL = _partial
     if args.phases.split(",")[0] == "exported":
         try:
             report["phases"].update(exported_phase(args, env, work, out, t_start))
@@ -527,7 +573,7 @@ def main() -> int:
         # reserve time only for the phases that follow (2026-12-01: a fixture-only call kept 120 s
         # for nothing and stopped the baseline while its first, cold start compiled kernels)
         later = {"sigterm", "exported"} & set(args.phases.split(","))
-        rc, wall = run_sweep(sweep, db, work / "runs", env, max(60, left - (120 if later else 15)),
+        rc, wall = run_sweep(sweep, db, out / "runs-fixture", env, max(60, left - (120 if later else 15)),
                              out / "fixture.sweep.log")
         report["phases"]["fixture"] = {"exit_code": rc, "wall_s": round(wall, 1),
                                        "gpu_watch": WATCH.get(str(db)),

@@ -107,6 +107,53 @@ def t_graph(fn) -> float:
     return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
 
 
+FP32_U = 2.0 ** -24  # unit roundoff of fp32
+
+
+def topk_agreement(logits, p, i, p_ref, i_ref) -> tuple[str, str]:
+    """(flag, detail) of a draft_topk output against the reference: flag "" (ids equal, p within
+    rtol 1e-5 / atol 1e-7), "p-tol" (ids equal; p outside that tolerance but inside the sound fp32
+    bound of the log-sum-exp below) or "MISMATCH"; detail says by how much and why.
+
+    Bound, per implementation: p = exp(v - lse) with lse = m + log(sum_j exp(x_j - m)). A sum of V
+    positive fp32 terms in ANY order has relative error <= gamma_V = V u / (1 - V u); each exp
+    term carries <= (2 |x - m| + 4) u from the scaled argument and exp2; the final exp adds
+    (2 |v - lse| + 4) u and the log 2 u |lse|. Two implementations with different orders may differ
+    by twice that. Order-free and so loose at V = 163840 (~2e-2); sqrt(V) u is the typical size."""
+    ids_equal = torch.equal(i, i_ref)
+    if ids_equal and torch.allclose(p, p_ref, rtol=1e-5, atol=1e-7):
+        return "", ""
+    x = logits.float()
+    finite = torch.isfinite(x)
+    m = x.max(dim=1).values
+    lo = torch.where(finite, x, m[:, None]).min(dim=1).values
+    spread = (m - lo).max().item()
+    vocab = x.shape[1]
+    gamma = vocab * FP32_U / (1 - vocab * FP32_U)
+    lse = torch.logsumexp(x, dim=1).abs().max().item()
+    eps = gamma + (2 * spread + 4) * FP32_U + (2 * (spread + lse) + 4) * FP32_U + 2 * lse * FP32_U
+    bound = 2 * eps
+    d = (p - p_ref).abs()
+    pos = p_ref > 0
+    rel = torch.where(pos, d / p_ref.clamp_min(1e-38), torch.zeros_like(d))
+    ratio = torch.where(pos, p / p_ref.clamp_min(1e-38), torch.ones_like(p))
+    factor_spread = (torch.where(pos, ratio, -torch.inf).max(1).values
+                     - torch.where(pos, ratio, torch.inf).min(1).values).clamp_min(0).max().item()
+    zero_mismatch = bool(((p_ref == 0) != (p == 0)).any())
+    text = (f"max |dp| {d.max().item():.2e}, max rel {rel.max().item():.2e} (rtol 1e-5; typical sqrt(V) u "
+            f"{vocab ** 0.5 * FP32_U:.1e}, sound fp32 bound {bound:.1e}); p/p_ref spread within a row "
+            f"{factor_spread:.1e}" + (" (a per-row factor: the rows' log-sum-exp differ, i.e. summation order)"
+                                      if factor_spread <= 8 * FP32_U * (1 + spread) else ""))
+    if not ids_equal:
+        bad = (i != i_ref).any(dim=1).nonzero().flatten()
+        r0 = int(bad[0])
+        return "MISMATCH", (f"token ids DIFFER in {bad.numel()} of {i.shape[0]} rows (row {r0}: got "
+                            f"{i[r0].tolist()} want {i_ref[r0].tolist()}); {text}")
+    if rel.max().item() <= bound and not zero_mismatch:
+        return "p-tol", f"token ids identical; probabilities within the fp32 bound, outside rtol 1e-5: {text}"
+    return "MISMATCH", f"token ids identical; probabilities BEYOND the fp32 bound: {text}"
+
+
 def measure_copy_bw() -> float:
     """Bytes read + written per second of a 2 GiB device-to-device copy."""
     a = torch.empty(2**30, dtype=torch.uint8, device=DEV)
@@ -150,7 +197,9 @@ def bench_draft_topk(bw, compile_shapes, quick):
             hot = (torch.randint(0, 100, (v,), device=DEV, generator=g) + torch.arange(v, device=DEV))
             p, i = draft_topk_triton(logits, k, hot)
             p_ref, i_ref = draft_topk_reference(logits, k, hot)
-            ok = torch.equal(i, i_ref) and torch.allclose(p, p_ref, rtol=1e-5, atol=1e-7)
+            flag, detail = topk_agreement(logits, p, i, p_ref, i_ref)
+            if detail:
+                print(f"  draft_topk B={b} K={k} V={v}: {flag}: {detail}", flush=True)
             _, si = sglang_draft_topk(logits, k, hot)
             same_set = torch.equal(si.sort(1).values, i.sort(1).values)
             times = dict(
@@ -165,25 +214,30 @@ def bench_draft_topk(bw, compile_shapes, quick):
                 times["compile_graph"] = t_graph(lambda: cf(logits, k, hot))
             if r * v >= 256 * 128256:
                 print(f"  pass 1 alone (graph): {t_graph(lambda: pass1_only(logits)):.1f} us", flush=True)
-            exact = ("exact" if ok else "MISMATCH") + ("" if same_set else " (sglang set differs: ties)")
+            exact = ({"": "exact", "p-tol": "ids exact, p within fp32 bound"}.get(flag, "MISMATCH")
+                     + ("" if same_set else " (sglang set differs: ties)"))
             row("draft_topk", f"B={b} K={k} R={r} V={v}", "bf16" if dtype == torch.bfloat16 else "fp32",
                 r * v * logits.element_size(), bw, times, exact)
             del logits
 
 
-def pass1_only(logits):
+def pass1_only(logits, block=None, warps=None, pps=8, smax=False):
     """The streaming pass of draft_topk alone (to split its time from the merge)."""
     import kernels._draft_topk_triton as D
 
     r, v = logits.shape
-    block, warps = D._config(r, v)
-    ns, chunk = D.plan_splits(r, v, block, logits.device)
+    cb, cw = D._config(r, v)
+    block, warps = block or cb, warps or cw
+    ns, chunk = D.plan_splits(r, v, block, logits.device, pps)
     ng = triton.cdiv(v, D.GROUP)
+    nsg = triton.cdiv(ng, 32)
     pm = torch.empty(r, ns, device=DEV)
     ps = torch.empty(r, ns, device=DEV)
     gm = torch.empty(r, ng, device=DEV)
-    D._draft_topk_partial_kernel[(r, ns)](logits, logits.stride(0), v, chunk, ng, pm, ps, gm, ns,
-                                          BLOCK=block, GROUP_SIZE=D.GROUP, num_warps=warps)
+    sm = torch.empty(r, nsg, device=DEV) if smax else gm
+    D._draft_topk_partial_kernel[(r, ns)](logits, logits.stride(0), v, chunk, ng, pm, ps, gm, ns, sm, nsg,
+                                          BLOCK=block, GROUP_SIZE=D.GROUP, WRITE_SMAX=smax, num_warps=warps,
+                                          enable_fp_fusion=True)
 
 
 def sweep_draft_topk(bw):
@@ -352,28 +406,44 @@ def bench_aux(bw, quick):
 
 # ---- --variants: candidate designs side by side (in graph), winners printed per shape ----
 # Kept small (compile time counts): the lead's single GPU run picks the defaults from these.
-# draft_topk: (label, fused, BLOCK, num_warps, programs per SM, maxnreg)
+# draft_topk: (label, fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps, merge_topk)
+# (merge_warps: two-launch only; None = the merge that reads V/32 group maxima with 4-8 warps, an int =
+# pass 1 writes super-group maxima and the merge runs that many warps per row.)
 TOPK_VARIANTS = (
-    ("2launch B4096 w4 p8", False, 4096, 4, 8, None),    # the measured kernel (74.1 us at 512x163840)
-    ("fused B4096 w4 p8", True, 4096, 4, 8, None),
-    ("fused B4096 w4 p8 r128", True, 4096, 4, 8, 128),   # default guess (TOPK_CONFIG)
-    ("fused B4096 w8 p8", True, 4096, 8, 8, None),
-    ("fused B8192 w8 p8", True, 8192, 8, 8, None),
-    ("fused B4096 w4 p16 r128", True, 4096, 4, 16, 128),
-    ("fused B2048 w4 p8", True, 2048, 4, 8, None),
+    ("2launch B4096 w4 p8", False, 4096, 4, 8, None, None, False),     # TOPK_CONFIG at R > 256
+    ("fused B4096 w4 p8", True, 4096, 4, 8, None, None, False),        # 69.2 us at 512x163840 (2026-12-01)
+    ("fused B2048 w4 p8", True, 2048, 4, 8, None, None, False),        # TOPK_CONFIG at R <= 256
+    # 2026-12 candidates: the merge was ~20 us of 69 at 512 x 163840
+    ("2launch B4096 w4 p8 smax m1", False, 4096, 4, 8, None, 1, False),  # 1-warp merge, all rows in one wave
+    ("2launch B4096 w4 p8 smax m2", False, 4096, 4, 8, None, 2, False),
+    ("2launch B4096 w4 p8 smax m1 topk", False, 4096, 4, 8, None, 1, True),
+    ("fused B4096 w4 p8 topk", True, 4096, 4, 8, None, None, True),    # bitonic top-K, no K-long chain
+    ("fused B4096 w4 p4", True, 4096, 4, 4, None, None, False),        # fewer, longer splits
+    ("fused B4096 w4 p2", True, 4096, 4, 2, None, None, False),        # ~1 split per row at R = 512
+    ("2launch B4096 w4 p4 smax m1", False, 4096, 4, 4, None, 1, False),
 )
 TOPK_VARIANT_SHAPES = ((64, 8, 163840), (64, 4, 128256), (8, 8, 163840), (64, 8, 32000), (1, 8, 128256), (8, 1, 163840))
-# verify_tree: every benchmarked shape (V, B, N); (label, fused, BLOCK, num_warps, programs per SM)
+# verify_tree: every benchmarked shape (V, B, N); (label, path, BLOCK, num_warps, programs per SM)
 VERIFY_VARIANT_SHAPES = tuple((v, b, n) for v in (32000, 128256, 163840)
                               for b, n in ((1, 4), (1, 8), (8, 8), (64, 4), (64, 8), (64, 32)))
 VERIFY_VARIANTS = (
-    ("argmax+walk", False, None, None, None),            # default above 64 rows (VERIFY_DISPATCH)
-    ("fused B2048 w4 p6", True, 2048, 4, 6),             # default fused config (measured before)
-    ("fused B2048 w4 p16", True, 2048, 4, 16),
-    ("fused B4096 w4 p16", True, 4096, 4, 16),           # more loads in flight per thread
-    ("fused B8192 w8 p16", True, 8192, 8, 16),
-    ("fused B4096 w4 p32", True, 4096, 4, 32),
+    ("argmax+walk", "argmax", None, None, None),           # VERIFY_DISPATCH at R = 512, V = 32000
+    ("fused B2048 w4 p6", "fused", 2048, 4, 6),            # VERIFY_DISPATCH elsewhere (p6 or p16)
+    ("fused B2048 w4 p16", "fused", 2048, 4, 16),
+    ("fused B4096 w4 p16", "fused", 4096, 4, 16),
+    # 2026-12 candidates for V = 32000 (slower than torch.argmax alone at R = 64 / 256 / 512)
+    ("fused B1024 w1 p16", "fused", 1024, 1, 16),          # 1-warp programs: the walk's reductions stay in a warp
+    ("fused B2048 w2 p16", "fused", 2048, 2, 16),
+    ("rowwise B4096 w4", "rowwise", 4096, 4, None),        # one program per row, plain store + ticket
+    ("rowwise B8192 w8", "rowwise", 8192, 8, None),
+    ("rowwise B4096 w8", "rowwise", 4096, 8, None),
+    ("rowwise B2048 w2", "rowwise", 2048, 2, None),
 )
+SHAPES: set[tuple[int, int]] | None = None  # --shapes: (rows, vocab) pairs the variants run; None = all
+
+
+def _wanted(rows: int, vocab: int) -> bool:
+    return SHAPES is None or (rows, vocab) in SHAPES
 
 
 def variants_draft_topk(bw):
@@ -381,59 +451,95 @@ def variants_draft_topk(bw):
     winners = []
     for b, k, v in TOPK_VARIANT_SHAPES:
         r = b * k
+        if not _wanted(r, v):
+            continue
         logits = torch.randn(r, v, device=DEV, generator=g).mul_(4).bfloat16()
         hot = torch.randint(0, 100, (v,), device=DEV, generator=g) + torch.arange(v, device=DEV)
         p_ref, i_ref = draft_topk_reference(logits, k, hot)
         floor = r * v * 2 / bw * 1e6
-        res = []
-        for label, fused, block, warps, pps, maxnreg in TOPK_VARIANTS:
-            kw = dict(block=block, num_warps=warps, fused=fused, programs_per_sm=pps, maxnreg=maxnreg)
-            p, i = draft_topk_triton(logits, k, hot, **kw)
-            ok = torch.equal(i, i_ref) and torch.allclose(p, p_ref, rtol=1e-5, atol=1e-7)
-            t = t_graph(lambda: draft_topk_triton(logits, k, hot, **kw))
-            res.append((t, label, ok))
+        res, notes = [], []
+        for label, fused, block, warps, pps, maxnreg, mwarps, topk in TOPK_VARIANTS:
+            if topk and not DT.HAS_TL_TOPK:
+                notes.append(f"{label}: skipped (Triton {triton.__version__} has no tl.topk)")
+                continue
+            kw = dict(block=block, num_warps=warps, fused=fused, programs_per_sm=pps, maxnreg=maxnreg,
+                      merge_warps=mwarps, merge_topk=topk)
+            try:
+                p, i = draft_topk_triton(logits, k, hot, **kw)
+                flag, detail = topk_agreement(logits, p, i, p_ref, i_ref)
+                t = t_graph(lambda: draft_topk_triton(logits, k, hot, **kw))
+            except Exception as e:  # noqa: BLE001  (one candidate failing to compile must not hide the rest)
+                notes.append(f"{label}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            if detail:
+                notes.append(f"{label}: {flag}: {detail}")
+            res.append((t, label, flag))
         dflt = t_graph(lambda: draft_topk_triton(logits, k, hot))
         res.sort()
         print(f"variants draft_topk B={b} K={k} R={r} V={v} bf16 floor {floor:.1f}us default {dflt:.1f}us "
               f"({dflt / floor:.2f}x floor) | " + ", ".join(
-                  f"{t:.1f}us {lab}{'' if ok else ' MISMATCH'}" for t, lab, ok in res), flush=True)
-        winners.append(f"  R={r} V={v} K={k}: {res[0][1]} {res[0][0]:.1f}us ({res[0][0] / floor:.2f}x floor)")
+                  f"{t:.1f}us {lab}{' ' + flag if flag else ''}" for t, lab, flag in res), flush=True)
+        # where the time goes: the streaming pass alone (as the two-launch variants run it)
+        p1 = {(pps, sm): t_graph(lambda: pass1_only(logits, 4096, 4, pps, sm)) for pps in (8, 4) for sm in (False, True)}
+        print(f"  pass 1 alone B4096 w4: p8 {p1[(8, False)]:.1f}us, p8+smax {p1[(8, True)]:.1f}us, "
+              f"p4 {p1[(4, False)]:.1f}us, p4+smax {p1[(4, True)]:.1f}us (floor {floor:.1f}us); "
+              f"merge = a two-launch variant minus its pass 1", flush=True)
+        for note in notes:
+            print(f"  {note}", flush=True)
+        ok_res = [x for x in res if x[2] != "MISMATCH"]
+        if ok_res:
+            t0_, lab0, _ = ok_res[0]
+            winners.append(f"  R={r} V={v} K={k}: {lab0} {t0_:.1f}us ({t0_ / floor:.2f}x floor; "
+                           f"1.5x floor = {1.5 * floor:.1f}us)")
         del logits
-    print("draft_topk variant winners (edit TOPK_CONFIG in kernels/_draft_topk_triton.py):\n" + "\n".join(winners),
-          flush=True)
+    print("draft_topk variant winners, exact ones only (edit TOPK_CONFIG in kernels/_draft_topk_triton.py):\n"
+          + "\n".join(winners), flush=True)
 
 
 def variants_verify(bw):
     g = torch.Generator(device=DEV).manual_seed(7)
     winners, by_vocab = [], {}
     for v, b, n in VERIFY_VARIANT_SHAPES:
+        if not _wanted(b * n, v):
+            continue
         steps, args = verify_inputs(g, v, b, n)
         logits = args[0]
         ref = verify_tree_reference(*args)
         counters = AcceptCounters.zeros(steps, DEV)
         argmax = t_graph(lambda: torch.argmax(logits, dim=-1))
-        res = []
-        for label, fused, block, warps, pps in VERIFY_VARIANTS:
-            kw = dict(fused=fused, block=block, num_warps=warps, programs_per_sm=pps)
-            out = verify_tree_triton(*args, **kw)
-            ok = all(torch.equal(getattr(ref, f), getattr(out, f)) for f in ("accept_index", "accept_length", "target_predict", "bonus"))
-            t = t_graph(lambda: verify_tree_triton(*args, counters, **kw))
+        res, notes = [], []
+        for label, path, block, warps, pps in VERIFY_VARIANTS:
+            kw = dict(path=path, block=block, num_warps=warps, programs_per_sm=pps)
+            try:
+                out = verify_tree_triton(*args, **kw)
+                ok = all(torch.equal(getattr(ref, f), getattr(out, f))
+                         for f in ("accept_index", "accept_length", "target_predict", "bonus"))
+                t = t_graph(lambda: verify_tree_triton(*args, counters, **kw))
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"{label}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
             res.append((t, label, ok))
         res.sort()
         path = VT.dispatch(b * n, v)[0]
-        print(f"variants verify_tree B={b} N={n} R={b * n} V={v} argmax alone {argmax:.1f}us default={path} | " +
+        print(f"variants verify_tree B={b} N={n} R={b * n} V={v} fp32 floor {b * n * v * 4 / bw * 1e6:.1f}us "
+              f"argmax alone {argmax:.1f}us default={path} | " +
               ", ".join(f"{t:.1f}us {lab} ({argmax / t:.2f}x){'' if ok else ' MISMATCH'}" for t, lab, ok in res),
               flush=True)
-        best_fused = min((t, lab) for t, lab, _ in res if lab.startswith("fused"))
-        walk_t = next(t for t, lab, _ in res if lab == "argmax+walk")
-        by_vocab.setdefault(v, []).append((b * n, "fused " + best_fused[1][6:] if best_fused[0] < walk_t else "argmax"))
-        winners.append(f"  R={b * n} V={v}: {res[0][1]} {res[0][0]:.1f}us vs argmax {argmax:.1f}us "
-                       f"({argmax / res[0][0]:.2f}x){'' if res[0][0] <= argmax else '  SLOWER THAN ARGMAX'}")
-    print("verify_tree variant winners (edit VERIFY_DISPATCH in kernels/_verify_tree_triton.py):\n" + "\n".join(winners),
-          flush=True)
+        for note in notes:
+            print(f"  {note}", flush=True)
+        exact = [x for x in res if x[2]]
+        if not exact:
+            continue
+        best = exact[0]
+        by_vocab.setdefault(v, []).append((b * n, best[1]))
+        winners.append(f"  R={b * n} V={v}: {best[1]} {best[0]:.1f}us vs argmax {argmax:.1f}us "
+                       f"({argmax / best[0]:.2f}x){'' if best[0] <= argmax else '  SLOWER THAN ARGMAX'}")
+    print("verify_tree variant winners, exact ones only (edit VERIFY_DISPATCH in kernels/_verify_tree_triton.py: "
+          "label 'fused BX wY pZ' -> (R, V, \"fused\", (X, Y, Z)); 'rowwise BX wY' -> (R, V, \"rowwise\", (X, Y, 0)); "
+          "'argmax+walk' -> (R, V, \"argmax\", (2048, 4, 6))):\n" + "\n".join(winners), flush=True)
     for v, picks in by_vocab.items():
-        print(f"verify_tree path per R at V={v} (fused vs argmax+walk): " +
-              ", ".join(f"R={r_}: {pick}" for r_, pick in sorted(picks)), flush=True)
+        print(f"verify_tree winner per R at V={v}: " + ", ".join(f"R={r_}: {pick}" for r_, pick in sorted(picks)),
+              flush=True)
 
 
 def check_irregular():
@@ -450,11 +556,14 @@ def check_irregular():
                 x[1, [3, v - 1]] = 0.0
             hot = torch.randperm(v, device=DEV)
             pr, ir = draft_topk_reference(x, k, hot)
-            for fused in (True, False):
+            kws = [dict(fused=True), dict(fused=False), dict(fused=False, merge_warps=1)]
+            if DT.HAS_TL_TOPK:
+                kws += [dict(fused=True, merge_topk=True), dict(fused=False, merge_warps=1, merge_topk=True)]
+            for kw in kws:
                 for _ in range(2):  # twice: the fused kernel's tickets must come back reset
-                    p, i = draft_topk_triton(x, k, hot, block=block, nsplit=ns, fused=fused)
+                    p, i = draft_topk_triton(x, k, hot, block=block, nsplit=ns, **kw)
                     if not (torch.equal(i, ir) and torch.allclose(p, pr, rtol=1e-5, atol=1e-7)):
-                        bad.append(("draft_topk", r, v, k, dtype, fused))
+                        bad.append(("draft_topk", r, v, k, dtype, kw))
     for b, k, steps, n in ((3, 1, 4, 5), (4, 3, 3, 8), (2, 8, 2, 16), (64, 8, 5, 32)):
         tree = random_tree(b, k, steps, n, 1300)
         for agree in (0.0, 0.7, 1.0):
@@ -465,12 +574,12 @@ def check_irregular():
             m = (torch.rand(b * n, device=DEV, generator=g) < agree) & (child >= 0)
             logits[rows_[m], tok[m]] = 30.0
             args = (logits, tree["draft_token"], tree["retrive_index"], tree["retrive_next_token"], tree["retrive_next_sibling"], steps + 1)
-            for fused in (True, True, False):  # fused twice: the persistent workspace must come back reset
+            for path in ("fused", "fused", "rowwise", "rowwise", "argmax"):  # twice: workspaces come back reset
                 c1, c2 = AcceptCounters.zeros(steps, DEV), AcceptCounters.zeros(steps, DEV)
-                ref, out = verify_tree_reference(*args, c1), verify_tree_triton(*args, c2, block=256, fused=fused)
+                ref, out = verify_tree_reference(*args, c1), verify_tree_triton(*args, c2, block=256, path=path)
                 if not all(torch.equal(getattr(ref, f), getattr(out, f)) for f in ("accept_index", "accept_length", "target_predict", "bonus")) \
                         or not all(torch.equal(getattr(c1, f), getattr(c2, f)) for f in ("accept_length_hist", "depth_attempted", "depth_accepted")):
-                    bad.append(("verify_tree", b, k, steps, n, agree, fused))
+                    bad.append(("verify_tree", b, k, steps, n, agree, path))
     for b, k, d in ((3, 3, 40), (2, 4, 1100), (64, 8, 7168), (5, 1, 100)):
         p = torch.softmax(torch.randn(b * k, k, device=DEV, generator=g), -1)
         p[:, : max(1, k // 2)] = 0.125  # ties
@@ -533,11 +642,30 @@ def main():
     ap.add_argument("--quick", action="store_true", help="two shapes per family (smoke test)")
     ap.add_argument("--variants", action="store_true",
                     help="also time the candidate designs of draft_topk / verify_tree (those in --only) side by side")
+    ap.add_argument("--shapes", help="comma list of RxV (rows x vocab, e.g. 512x163840,64x32000): the "
+                    "--variants shapes to run (default: all)")
+    ap.add_argument("--no-table", action="store_true", help="skip the main tables (with --variants / --check)")
     args = ap.parse_args()
+    global SHAPES
+    if args.shapes:
+        try:
+            SHAPES = {tuple(int(x) for x in item.lower().split("x")) for item in args.shapes.split(",")}
+        except ValueError:
+            sys.exit(f"bench_kernels: --shapes {args.shapes!r}: expected RxV,RxV,... (e.g. 512x163840)")
+        known = {(b * k, v) for b, k, v in TOPK_VARIANT_SHAPES} | {(b * n, v) for v, b, n in VERIFY_VARIANT_SHAPES}
+        if not SHAPES <= known:
+            sys.exit(f"bench_kernels: --shapes {sorted(SHAPES - known)} are not variant shapes; known: {sorted(known)}")
     if not torch.cuda.is_available():
         sys.exit("bench_kernels: needs a CUDA GPU (run it through the device tool)")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     t0 = time.time()
+    out_file = None
+    if args.out:  # the whole console log goes into the results file as it is printed (a cut-off run keeps it)
+        from _provenance import commit
+        out_file = open(args.out, "w")
+        out_file.write(f"# bench_kernels.py output\n\n- commit: {commit()}\n- command: `python "
+                       f"{' '.join(sys.argv)}`\n- weights: none (random inputs, seeds in the script)\n\n```text\n")
+        sys.stdout = _Tee(sys.stdout, out_file)
     info = env_info()
     bw = measure_copy_bw()
     print(json.dumps(info), f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
@@ -552,6 +680,8 @@ def main():
         steps.append(("variants draft_topk", lambda: variants_draft_topk(bw)))
     if args.variants and "verify_tree" in only:
         steps.append(("variants verify_tree", lambda: variants_verify(bw)))
+    if args.no_table:
+        only = set()
     if "draft_topk" in only:
         steps.append(("draft_topk", lambda: bench_draft_topk(
             bw, set() if nc else {(1, 1, 32000), (64, 8, 32000), (64, 8, 163840), (8, 4, 128256)}, args.quick)))
@@ -568,12 +698,32 @@ def main():
             import traceback
             traceback.print_exc()
             print(f"FAILED {name}: {type(e).__name__}: {e}", flush=True)
-    table = markdown(info, bw)
-    print(table)
-    if args.out:
-        Path(args.out).write_text(table)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(dict(info=info, copy_bw=bw, rows=ROWS), indent=1))
     print(f"total {time.time() - t0:.0f} s", flush=True)
+    table = markdown(info, bw) if ROWS else ""
+    if out_file is not None:
+        sys.stdout = sys.__stdout__
+        out_file.write("```\n\n" + table)
+        out_file.close()
+        if ROWS:
+            Path(args.out).with_suffix(".json").write_text(json.dumps(dict(info=info, copy_bw=bw, rows=ROWS), indent=1))
+    print(table)
+
+
+class _Tee:
+    """stdout that also writes (and flushes) every line into the results file."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for st in self.streams:
+            st.write(text)
+            st.flush()
+        return len(text)
+
+    def flush(self):
+        for st in self.streams:
+            st.flush()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Triton greedy tree verification in one launch (or argmax + a walk launch). Loaded lazily by `verify_tree`.
 
-Grid (B*N rows, nsplit): each program takes the argmax of its vocabulary chunk and folds it into
+Split-V ("fused"), grid (B*N rows, nsplit): each program takes the argmax of its vocabulary chunk and folds it into
 the row's 64-bit key (orderable fp32 bits << 32 | (2^31-1 - index)) with atomic_max, so the largest
 value and then the lowest index win. It then takes a ticket on its request's counter; the program
 that arrives last reads (and resets) the request's N keys, writes target_predict and walks the tree
 exactly like SGLang's VerifyTreeGreedy, updating the acceptance counters with atomics.
+Row-wise ("rowwise", grid (B*N,)): one program per row stores its argmax and takes the ticket.
 Where torch.argmax alone is faster than the fused kernel (`VERIFY_DISPATCH`), target_predict comes
 from torch.argmax and `_walk_kernel` (one program per request) does the same walk. The walk (`_walk`)
 is parallel over the nodes: no per-node serial scan, no atomics inside a loop.
@@ -67,6 +68,45 @@ def _verify_tree_kernel(
                               mask=node < N)
         tp = 2147483647 - (keys & 0xFFFFFFFF)
         tl.store(tp_ptr + base + node, tp, mask=node < N)
+        _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr, accept_ptr,
+              accept_len_ptr, bonus_ptr, hist_ptr, attempted_ptr, accepted_ptr, N, NP, W, WP, HAS_COUNTERS)
+
+
+@triton.jit
+def _verify_rowwise_kernel(
+    logits_ptr, stride_row, vocab,
+    cand_ptr, ridx_ptr, next_ptr, sib_ptr, ticket_ptr,
+    predict_ptr, accept_ptr, accept_len_ptr, tp_ptr, bonus_ptr,
+    hist_ptr, attempted_ptr, accepted_ptr,
+    N: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, WP: tl.constexpr,
+    BLOCK: tl.constexpr, HAS_COUNTERS: tl.constexpr,
+):
+    """One program per row (no split-V): the row's argmax is final in the program, so it is stored
+    with a plain store (no 64-bit atomic_max, no key workspace to read back and reset); the program
+    that arrives last on its request's ticket reads the request's N argmaxes from L2 and walks."""
+    row = tl.program_id(0)
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    offs0 = tl.arange(0, BLOCK)
+    lane_v = tl.full([BLOCK], float("-inf"), tl.float32)
+    lane_i = tl.zeros([BLOCK], tl.int32) + 2147483647
+    for tile_start in range(0, vocab, BLOCK):
+        offs = tile_start + offs0
+        x = tl.load(row_ptr + offs, mask=offs < vocab, other=NEG_INF).to(tl.float32)
+        upd = (x > lane_v) | ((lane_i == 2147483647) & (offs < vocab))
+        lane_v = tl.where(upd, x, lane_v)
+        lane_i = tl.where(upd, offs, lane_i)
+    # first maximum: the largest value, then the lowest index holding it (+0.0 == -0.0 as in argmax)
+    best_v = tl.max(lane_v, axis=0)
+    best_i = tl.min(tl.where(lane_v == best_v, lane_i, 2147483647), axis=0)
+    tl.store(tp_ptr + row, best_i.to(tl.int64))
+    tl.debug_barrier()
+    b = row // N
+    ticket = tl.atomic_add(ticket_ptr + b, 1)  # acq_rel: publishes the store above, acquires the others'
+    if ticket == N - 1:
+        tl.atomic_xchg(ticket_ptr + b, 0)
+        base = b.to(tl.int64) * N
+        node = tl.arange(0, NP)
+        tp = tl.load(tp_ptr + base + node, mask=node < N, other=0, cache_modifier=".cg")
         _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr, accept_ptr,
               accept_len_ptr, bonus_ptr, hist_ptr, attempted_ptr, accepted_ptr, N, NP, W, WP, HAS_COUNTERS)
 
@@ -185,6 +225,9 @@ VERIFY_DISPATCH: tuple[tuple[int | None, int | None, str, tuple[int, int, int]],
     (512, None, "fused", (2048, 4, 16)),
     (None, None, "fused", (2048, 4, 6)),
 )
+# path "rowwise": one program per row (`_verify_rowwise_kernel`: whole-row argmax, plain store, the
+#   last row of each request walks it), with (BLOCK, num_warps, unused). Not measured yet: a
+#   candidate for V = 32000 at R >= 64, where the split-V hand-off costs what torch.argmax saves.
 # num_warps of `_walk_kernel` by NP (next power of two of N): [NP, NP] gathers in registers.
 WALK_WARPS = {8: 1, 16: 1, 32: 2, 64: 4}
 
@@ -201,18 +244,23 @@ def dispatch(rows: int, vocab: int) -> tuple[str, tuple[int, int, int]]:
     return "argmax", (BLOCK, NUM_WARPS, 6)
 
 
+PATHS = ("fused", "rowwise", "argmax")
+
+
 def fused_is_faster(rows: int, vocab: int) -> bool:
-    """Whether VERIFY_DISPATCH picks the single-launch kernel at this shape."""
-    return dispatch(rows, vocab)[0] == "fused"
+    """Whether VERIFY_DISPATCH picks a single-launch kernel (split-V or row-wise) at this shape."""
+    return dispatch(rows, vocab)[0] != "argmax"
 
 
 def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, retrive_next_sibling,
                        num_steps_plus_one, counters=None, block: int | None = None, nsplit: int | None = None,
                        fused: bool | None = None, num_warps: int | None = None,
-                       programs_per_sm: int | None = None, walk_warps: int | None = None):
-    """Launch the single-pass verify kernel, or torch.argmax + the walk kernel, as VERIFY_DISPATCH
-    says (`fused` forces one of them; `block`, `nsplit`, `num_warps`, `programs_per_sm`,
-    `walk_warps` override the configuration: tests and benchmarks).
+                       programs_per_sm: int | None = None, walk_warps: int | None = None,
+                       path: str | None = None):
+    """Launch the single-pass verify kernel (split-V or row-wise), or torch.argmax + the walk
+    kernel, as VERIFY_DISPATCH says (`path` forces one of PATHS, `fused` True/False forces
+    "fused"/"argmax"; `block`, `nsplit`, `num_warps`, `programs_per_sm`, `walk_warps` override the
+    configuration: tests and benchmarks).
 
     Precondition: retrive_index[b, i] == b*N + i (as build_tree makes): the walk indexes
     target_predict and predict by node within the request, and writes accept_index from retrive_index.
@@ -242,9 +290,11 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
         hist, att, acc = counters.accept_length_hist, counters.depth_attempted, counters.depth_accepted
     else:
         hist = att = acc = accept_length  # unused (HAS_COUNTERS=False)
-    path, (cfg_block, cfg_warps, cfg_pps) = dispatch(rows, vocab)
-    if fused is not None:
-        path = "fused" if fused else "argmax"
+    cfg_path, (cfg_block, cfg_warps, cfg_pps) = dispatch(rows, vocab)
+    if path is None:
+        path = cfg_path if fused is None else ("fused" if fused else "argmax")
+    if path not in PATHS:
+        raise ValueError(f"verify_tree: path {path!r} is not one of {PATHS}")
     np_ = triton.next_power_of_2(n)
     if path == "argmax":
         torch.argmax(logits, dim=-1, out=target_predict)
@@ -254,6 +304,14 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
             HAS_COUNTERS=counters is not None, num_warps=walk_warps or WALK_WARPS.get(np_, 4))
         return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)
     block = block or cfg_block
+    if path == "rowwise":
+        tickets = workspace("verify_row_tickets", batch, torch.int32, 0, device)
+        _verify_rowwise_kernel[(rows,)](
+            logits, logits.stride(0), vocab, cand, ridx, nxt, sib, tickets,
+            predict, accept_index, accept_length, target_predict, bonus, hist, att, acc,
+            N=n, NP=np_, W=width, WP=triton.next_power_of_2(width),
+            BLOCK=block, HAS_COUNTERS=counters is not None, num_warps=num_warps or cfg_warps)
+        return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)
     tiles = triton.cdiv(vocab, block)
     if nsplit is None:
         nsplit = min(tiles, max(1, triton.cdiv((programs_per_sm or cfg_pps) * _num_sms(device), rows)))

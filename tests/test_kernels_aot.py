@@ -29,18 +29,35 @@ SPECS = []
 for dt in ("bf16", "fp32"):
     for K in (1, 4, 8):
         KP = triton.next_power_of_2(K)
-        SPECS.append((D._draft_topk_partial_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", n_groups="i32",
-            part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32"),
-            dict(BLOCK=4096, GROUP_SIZE=32), 8))
-        SPECS.append((D._draft_topk_merge_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", n_groups="i32",
-            part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
-            hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64"),
-            dict(K=K, KP=KP, NSP=64, SGP=256, GROUP_SIZE=32, HAS_HOT=True), 8))
+        for smax in (False, True):
+            SPECS.append((D._draft_topk_partial_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32",
+                n_groups="i32", part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
+                smax_ptr="*fp32", n_sg="i32"),
+                dict(BLOCK=4096, GROUP_SIZE=32, WRITE_SMAX=smax), 4))
+        # the measured merge (8 warps over V/32 group maxima) and the 1-warp merge over pass 1's
+        # super-group maxima, with K extractions or tl.topk
+        merges = [(False, False, 8), (True, False, 1)] + ([(True, True, 1)] if D.HAS_TL_TOPK else [])
+        for smax, topk, warps in merges:
+            SPECS.append((D._draft_topk_merge_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", n_groups="i32",
+                part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
+                hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64", smax_ptr="*fp32", n_sg="i32"),
+                dict(K=K, KP=KP, NSP=64, SGP=256, GROUP_SIZE=32, HAS_HOT=True, READ_SMAX=smax, USE_TOPK=topk), warps))
+        for topk in (False, True) if D.HAS_TL_TOPK else (False,):
+            SPECS.append((D._draft_topk_fused_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32",
+                n_groups="i32", part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
+                ticket_ptr="*i32", hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64", smax_ptr="*fp32", n_sg="i32"),
+                dict(BLOCK=4096, GROUP_SIZE=32, K=K, KP=KP, NSP=8, SGP=256, HAS_HOT=True, SMAX=True, USE_TOPK=topk), 4))
     SPECS.append((V._verify_tree_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", nsplit="i32",
         cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", key_ptr="*i64", ticket_ptr="*i32",
         predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",
         hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
         dict(N=8, NP=8, W=5, WP=8, BLOCK=2048, HAS_COUNTERS=True), 4))
+    for warps, block in ((1, 1024), (4, 4096), (8, 8192)):
+        SPECS.append((V._verify_rowwise_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32",
+            cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", ticket_ptr="*i32",
+            predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",
+            hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
+            dict(N=8, NP=8, W=5, WP=8, BLOCK=block, HAS_COUNTERS=True), warps))
     if dt == "fp32":  # the walk alone (after torch.argmax) takes no logits
         SPECS.append((V._walk_kernel, dict(tp_ptr="*i64", cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64",
             sib_ptr="*i64", predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", bonus_ptr="*i64",
@@ -73,7 +90,8 @@ for fn, sig, const, warps in SPECS:
 print(json.dumps(rows))
 '''
 
-KERNEL_NAMES = {"_draft_topk_partial_kernel", "_draft_topk_merge_kernel", "_verify_tree_kernel", "_walk_kernel",
+KERNEL_NAMES = {"_draft_topk_partial_kernel", "_draft_topk_merge_kernel", "_draft_topk_fused_kernel",
+                "_verify_tree_kernel", "_verify_rowwise_kernel", "_walk_kernel",
                 "_aux_stats_kernel",
                 "_aux_candidates_kernel", "_aux_finalize_kernel", "_select_tree_kernel", "_select_first_kernel",
                 "_organize_kernel"}

@@ -19,6 +19,24 @@ def tri():
     return _kernel_device.load("kernels._draft_topk_triton", "_draft_topk_partial_kernel")
 
 
+# The merge designs `bench_kernels.py --variants` times: each must give the reference's answer.
+VARIANTS = {
+    "fused": dict(fused=True),
+    "two-launch": dict(fused=False),
+    "two-launch-smax-w1": dict(fused=False, merge_warps=1),      # pass 1 writes super-group maxima
+    "fused-topk": dict(fused=True, merge_topk=True),             # tl.topk instead of K extractions
+    "two-launch-smax-w2-topk": dict(fused=False, merge_warps=2, merge_topk=True),
+}
+
+
+@pytest.fixture(params=list(VARIANTS))
+def variant(request, tri):
+    kw = VARIANTS[request.param]
+    if kw.get("merge_topk") and not tri.HAS_TL_TOPK:
+        pytest.skip("this Triton has no tl.topk (the merge_topk variant cannot run here)")
+    return kw
+
+
 def _check(tri, logits, k, hot=None, **kw):
     p, i = tri.draft_topk_triton(logits, k, hot, **kw)
     p_ref, i_ref = draft_topk_reference(logits, k, hot)
@@ -44,27 +62,25 @@ def test_reference_hand_values():
     (1, 50, 4, torch.float32, None, None),     # V smaller than a block
     (5, 777, 3, torch.float32, 64, 1),         # many tiles, one split: early-exit path
 ])
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-launch"])
-def test_random(tri, rows, vocab, k, dtype, block, nsplit, fused):
+def test_random(tri, rows, vocab, k, dtype, block, nsplit, variant):
     torch.manual_seed(rows * vocab + k)
     logits = (torch.randn(rows, vocab) * 3).to(dtype)
-    _check(tri, logits, k, block=block, nsplit=nsplit, fused=fused)
+    _check(tri, logits, k, block=block, nsplit=nsplit, **variant)
 
 
 @pytest.mark.parametrize("nsplit", [1, 2, 3])
 @pytest.mark.parametrize("k", [1, 4, 8])
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-launch"])
-def test_forced_ties(tri, k, nsplit, fused):
+def test_forced_ties(tri, k, nsplit, variant):
     logits = torch.zeros(3, 2000)
     logits[0, ::7] = 1.0           # ~286-way tie at the top
     logits[2, 1900:] = 0.5         # 100-way tie at the end of the vocabulary
-    _check(tri, logits, k, block=128, nsplit=nsplit, fused=fused)
+    _check(tri, logits, k, block=128, nsplit=nsplit, **variant)
     bf = (torch.randn(2, 1500) * 0.05).bfloat16()  # bf16 rounding makes many duplicates
-    _check(tri, bf, k, block=256, nsplit=nsplit, fused=fused)
+    _check(tri, bf, k, block=256, nsplit=nsplit, **variant)
 
 
 @pytest.mark.parametrize("k", [1, 4, 8])
-def test_neg_inf_mask_and_d2t(tri, k):
+def test_neg_inf_mask_and_d2t(tri, k, variant):
     logits = torch.full((3, 2100), NEG)
     logits[0, 5] = 1.0                  # one finite logit, k-1 -inf ties after it
     logits[1, [17, 2000]] = 0.0
@@ -72,9 +88,8 @@ def test_neg_inf_mask_and_d2t(tri, k):
     logits[2, :900] = torch.randn(900)
     hot = torch.randperm(2100) + 5
     for nsplit in (1, 3):
-        for fused in (True, False):
-            _check(tri, logits, k, hot, block=256, nsplit=nsplit, fused=fused)
-    _check(tri, logits, k, hot, block=1024, nsplit=2, fused=True)  # super-group maxima from pass 1
+        _check(tri, logits, k, hot, block=256, nsplit=nsplit, **variant)
+    _check(tri, logits, k, hot, block=1024, nsplit=2, **variant)  # super-group maxima from pass 1
 
 
 def test_empty_rows(tri):
@@ -108,21 +123,21 @@ def test_dispatcher(tri, monkeypatch):
 
 
 @pytest.mark.parametrize("k", [1, 3, 4])
-def test_super_group_pruning_with_ties(tri, k):
+def test_super_group_pruning_with_ties(tri, k, variant):
     """V/1024 super-groups > K, so the merge prunes at both levels; ties span super-groups."""
     logits = torch.randn(2, 9000) - 10
     logits[0, [8999, 5000, 2047, 2048, 1]] = 3.0     # 5-way tie across four super-groups
     logits[1, 4096:4100] = 2.0
     logits[1, 7000] = 2.0
-    for fused in (True, False):
-        _check(tri, logits, k, block=512, nsplit=2, fused=fused)
-        _check(tri, logits.bfloat16(), k, block=1024, nsplit=3, fused=fused)
+    _check(tri, logits, k, block=512, nsplit=2, **variant)
+    _check(tri, logits.bfloat16(), k, block=1024, nsplit=3, **variant)
 
 
 @pytest.mark.parametrize("k", [1, 8, 16])
 @pytest.mark.parametrize("nsplit", [1, 2, 5])
-def test_fused_super_group_maxima_from_pass1(tri, k, nsplit):
-    """BLOCK a multiple of 1024: the fused kernel's pass 1 writes super-group maxima; ties across
+def test_super_group_maxima_from_pass1(tri, k, nsplit, variant):
+    """BLOCK a multiple of 1024: pass 1 writes super-group maxima (fused, and two-launch with
+    merge_warps); ties across
     super-groups and splits, a partial last super-group, -inf runs, and -0.0 vs +0.0."""
     logits = torch.randn(3, 10_500) - 6
     logits[0, [10_499, 9_216, 2_047, 2_048, 5]] = 2.5     # 5-way tie over four super-groups
@@ -130,8 +145,8 @@ def test_fused_super_group_maxima_from_pass1(tri, k, nsplit):
     logits[1, 6000:6040] = 1.0                            # 40-way tie inside two groups
     logits[2] = 0.0
     logits[2, ::3] = -0.0                                 # all equal: the lowest indices win
-    _check(tri, logits, k, block=1024, nsplit=nsplit, fused=True)
-    _check(tri, logits.bfloat16(), k, block=2048, nsplit=nsplit, fused=True, maxnreg=128)
+    _check(tri, logits, k, block=1024, nsplit=nsplit, **variant)
+    _check(tri, logits.bfloat16(), k, block=2048, nsplit=nsplit, maxnreg=128, **variant)
 
 
 def test_fused_tickets_reset_between_calls(tri):
@@ -139,6 +154,14 @@ def test_fused_tickets_reset_between_calls(tri):
     for rows, vocab in ((4, 3000), (4, 3000), (7, 1200), (4, 3000)):
         torch.manual_seed(rows + vocab)
         _check(tri, torch.randn(rows, vocab), 4, block=256, nsplit=3, fused=True)
+        if tri.HAS_TL_TOPK:
+            _check(tri, torch.randn(rows, vocab), 4, block=1024, nsplit=3, fused=True, merge_topk=True)
+
+
+def test_topk_merge_without_tl_topk_is_an_error(tri, monkeypatch):
+    monkeypatch.setattr(tri._mod, "HAS_TL_TOPK", False)
+    with pytest.raises(ValueError, match="tl.topk"):
+        tri.draft_topk_triton(torch.randn(2, 500), 4, merge_topk=True)
 
 
 def test_config_table(tri):
@@ -147,4 +170,30 @@ def test_config_table(tri):
         want = next(r for r in tri.TOPK_CONFIG
                     if (r[0] is None or rows <= r[0]) and (r[1] is None or vocab <= r[1]))
         assert tri.plan(rows, vocab) == tuple(want[2:])
+        assert len(want) == 9 and want[7] in (None, 1, 2, 4, 8) and want[8] in (True, False)
         assert tri._config(rows, vocab) == tuple(want[3:5])
+
+
+def test_variant_check_explains_a_probability_mismatch():
+    """bench_kernels' variants check: ids equal and p off by a per-row factor inside the fp32 bound
+    -> "p-tol" and says so; p beyond the bound, or ids that differ -> MISMATCH naming the row."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_kernels_for_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    torch.manual_seed(3)
+    x = torch.randn(3, 5000) * 4
+    p, i = draft_topk_reference(x, 4)
+    assert bench.topk_agreement(x, p, i, p, i) == ("", "")
+    scale = torch.tensor([[1 + 3e-5], [1 - 2e-5], [1.0]])  # what another summation order does to lse
+    flag, detail = bench.topk_agreement(x, p * scale, i, p, i)
+    assert flag == "p-tol" and "token ids identical" in detail and "per-row factor" in detail
+    flag, detail = bench.topk_agreement(x, p * 1.5, i, p, i)
+    assert flag == "MISMATCH" and "BEYOND the fp32 bound" in detail
+    wrong = i.clone()
+    wrong[2, 1] += 1
+    flag, detail = bench.topk_agreement(x, p, wrong, p, i)
+    assert flag == "MISMATCH" and "DIFFER in 1 of 3 rows (row 2" in detail

@@ -77,12 +77,12 @@ def _run_both(tri, logits, tree, steps, **kw):
     (2, 8, 2, 16, 2),
 ])
 @pytest.mark.parametrize("agree", [0.0, 0.7, 1.0])
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
-def test_random_trees(tri, batch, k, steps, n, nsplit, agree, fused):
+@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
+def test_random_trees(tri, batch, k, steps, n, nsplit, agree, path):
     vocab = 1300  # not a multiple of the block
     tree = random_tree(batch, k, steps, n, vocab, seed=batch * 100 + k)
     logits = target_logits(tree, vocab, agree, seed=n)
-    ref = _run_both(tri, logits, tree, steps, block=256, nsplit=nsplit, fused=fused)
+    ref = _run_both(tri, logits, tree, steps, block=256, nsplit=nsplit, path=path)
     for b in range(batch):
         length = int(ref.accept_length[b])
         last = int(ref.accept_index[b, length]) - b * n
@@ -141,8 +141,8 @@ def test_dispatch_rule_reads_the_table(tri):
             want = next(r for r in tri.VERIFY_DISPATCH
                         if (r[0] is None or rows <= r[0]) and (r[1] is None or vocab <= r[1]))
             assert tri.dispatch(rows, vocab) == (want[2], want[3])
-            assert tri.fused_is_faster(rows, vocab) == (want[2] == "fused")
-    assert {r[2] for r in tri.VERIFY_DISPATCH} <= {"fused", "argmax"}
+            assert tri.fused_is_faster(rows, vocab) == (want[2] != "argmax")
+    assert {r[2] for r in tri.VERIFY_DISPATCH} <= set(tri.PATHS)
 
 
 @pytest.mark.parametrize("batch,n", [(5, 8), (9, 8), (3, 32)])
@@ -154,7 +154,7 @@ def test_default_dispatch_both_branches(tri, batch, n):
     logits = target_logits(tree, 500, 0.8, seed=batch)
     path = tri.dispatch(batch * n, 500)[0]
     ref = _run_both(tri, logits, tree, steps)
-    assert path in ("fused", "argmax") and ref.accept_length.sum() > 0
+    assert path in tri.PATHS and ref.accept_length.sum() > 0
 
 
 @pytest.mark.parametrize("batch,k,steps,n", [
@@ -163,11 +163,11 @@ def test_default_dispatch_both_branches(tri, batch, n):
     (4, 8, 1, 9),     # one level of 8 siblings
 ])
 @pytest.mark.parametrize("agree", [0.0, 0.5, 1.0])
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
-def test_parallel_walk_larger_trees(tri, batch, k, steps, n, agree, fused):
+@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
+def test_parallel_walk_larger_trees(tri, batch, k, steps, n, agree, path):
     tree = random_tree(batch, k, steps, n, 700, seed=n * 13 + k)
     logits = target_logits(tree, 700, agree, seed=steps + n)
-    _run_both(tri, logits, tree, steps, block=256, fused=fused)
+    _run_both(tri, logits, tree, steps, block=256, path=path)
 
 
 def _hand_tree():
@@ -181,8 +181,8 @@ def _hand_tree():
     return cand, ridx, nxt, sib
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
-def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, fused):
+@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
+def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, path):
     cand, ridx, nxt, sib = _hand_tree()
     vocab = 40
 
@@ -204,7 +204,7 @@ def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, fused):
         args = (logits, cand, ridx, nxt, sib, steps + 1)
         c_ref, c_tri = AcceptCounters.zeros(steps), AcceptCounters.zeros(steps)
         ref = verify_tree_reference(*args, c_ref)
-        out = tri.verify_tree_triton(*args, c_tri, fused=fused, block=128)
+        out = tri.verify_tree_triton(*args, c_tri, path=path, block=128)
         for f in FIELDS:
             assert torch.equal(getattr(ref, f), getattr(out, f)), (targets, steps, f, getattr(ref, f), getattr(out, f))
         pos = ref.accept_index[ref.accept_index >= 0].long()
@@ -218,19 +218,47 @@ def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, fused):
     assert ref.accept_index.tolist() == [[0, 3, 4]] and ref.accept_length.tolist() == [2]
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "argmax+walk"])
-def test_ties_neg_inf_all_and_none_accept_both_paths(tri, fused):
+@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
+def test_ties_neg_inf_all_and_none_accept_both_paths(tri, path):
     """Ties and -inf rows on both paths; all-accept and none-accept chains."""
     vocab, steps = 600, 4
     tree = random_tree(3, 1, steps, steps + 1, vocab, seed=31)
     logits = torch.full((15, vocab), float("-inf"))
     logits[:, 7::5] = 0.5                       # argmax a many-way tie: lowest index 7
-    ref = _run_both(tri, logits, tree, steps, fused=fused, block=128, nsplit=2)
+    ref = _run_both(tri, logits, tree, steps, path=path, block=128, nsplit=2)
     assert ref.target_predict.eq(7).all()
-    ref = _run_both(tri, target_logits(tree, vocab, 1.0, seed=2), tree, steps, fused=fused)
+    ref = _run_both(tri, target_logits(tree, vocab, 1.0, seed=2), tree, steps, path=path)
     assert ref.accept_length.tolist() == [steps] * 3
     none = torch.randn(15, vocab)
     none[:, vocab - 1] = 99.0
     assert not (tree.draft_token[:, 1:] == vocab - 1).any()
-    ref = _run_both(tri, none, tree, steps, fused=fused)
+    ref = _run_both(tri, none, tree, steps, path=path)
     assert ref.accept_length.tolist() == [0] * 3
+
+
+@pytest.mark.parametrize("block,num_warps", [(128, 1), (256, 2), (1024, 4)])
+def test_rowwise_tiles_ties_and_repeats(tri, block, num_warps):
+    """Row-wise path: V neither a multiple of BLOCK nor above it, first-maximum ties that straddle
+    tiles, -inf rows with one finite entry, +0.0 vs -0.0, three calls in a row (its tickets are
+    persistent and must come back reset), and a differently shaped call in between."""
+    vocab, steps = 1031, 3
+    tree = random_tree(3, 2, steps, 7, vocab, seed=41)
+    logits = target_logits(tree, vocab, 0.7, seed=5)
+    logits[0, [3, 130, 1030]] = 80.0            # tie across tiles: lowest index 3
+    logits[1] = float("-inf")
+    logits[1, 1030] = -5.0                      # only the last column is finite
+    logits[2] = 0.0
+    logits[2, :500] = -0.0                      # all zeros of both signs: index 0
+    for _ in range(3):
+        ref = _run_both(tri, logits, tree, steps, path="rowwise", block=block, num_warps=num_warps)
+        assert ref.target_predict[:3].tolist() == [3, 1030, 0]
+        small = random_tree(2, 1, 2, 3, 50, seed=3)
+        _run_both(tri, target_logits(small, 50, 1.0, seed=1), small, 2, path="rowwise", block=block)
+
+
+def test_unknown_path_is_an_error(tri):
+    tree = random_tree(1, 1, 2, 3, 40, seed=1)
+    args = (torch.randn(3, 40), tree.draft_token, tree.retrive_index, tree.retrive_next_token,
+            tree.retrive_next_sibling, 3)
+    with pytest.raises(ValueError, match="path 'bogus'"):
+        tri.verify_tree_triton(*args, path="bogus")

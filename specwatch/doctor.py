@@ -33,7 +33,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specwatch import aux_layers, modelinfo, query
+from specwatch import aux_layers, failure, modelinfo, query
 from specwatch.views import LOW_ACCEPT_LEN  # accept length below which the draft barely predicts
 
 # A run whose accept length is at most this fraction of a sibling's (same sweep, so same prompts and
@@ -186,7 +186,8 @@ def _load(db, run: str | None) -> _Ctx:
                           ORDER BY s.path""", ids):
         ctx.logs.setdefault(r["run_id"], []).append(r["path"])
     ctx.launched = {r["run_id"]: r for r in _rows(
-        db, f"SELECT run_id, model_path, draft_model_path FROM runs WHERE run_id IN ({marks})", ids)}
+        db, f"""SELECT run_id, model_path, draft_model_path, server_log_tail FROM runs
+                WHERE run_id IN ({marks})""", ids)}
     return ctx
 
 
@@ -214,10 +215,13 @@ def _local_dir(path: str | None) -> Path | None:
     return modelinfo.local_dir(path)
 
 
-def _weights_id(path: str | None) -> str | None:
-    """Identity of a draft's weights: sha1 of its weight files if local, else the path."""
+def _weights_id(row: dict) -> str | None:
+    """Identity of a run's draft weights: sha1 of its weight files (read here if local, else as
+    the sweep recorded it where the server ran), else the path."""
+    path = row.get("draft_model_path")
     mi = modelinfo.info(path)
-    return mi.weights_sha1 if mi is not None and mi.weights_sha1 else path
+    return (mi.weights_sha1 if mi is not None and mi.weights_sha1 else None) \
+        or row.get("draft_weights_sha1") or path
 
 
 def _num_layers(model_path: str | None) -> int | None:
@@ -239,9 +243,12 @@ def _ids(row: dict) -> list[int] | None:
 
 
 def _target(row: dict) -> tuple[str | None, int | None]:
-    """(architecture, layer count) of the target from its config.json, when it is local."""
+    """(architecture, layer count) of the target from its config.json when it is local, else as
+    the sweep recorded them where the server ran."""
     mi = modelinfo.info(row.get("model_path"))
-    return (mi.architecture, mi.num_layers) if mi is not None else (None, None)
+    if mi is not None:
+        return mi.architecture, mi.num_layers
+    return row.get("target_architecture"), row.get("target_num_layers")
 
 
 def _fmt_outputs(outputs: list) -> str:
@@ -308,7 +315,7 @@ def _sibling(ctx: _Ctx, row: dict) -> dict | None:
     ids = _ids(row)
     if ids is None:
         return None
-    me = _weights_id(row["draft_model_path"])
+    me = _weights_id(row)
     best = None
     for r in ctx.summary:
         if (r["run_id"] == row["run_id"] or r["sweep_name"] != row["sweep_name"]
@@ -317,7 +324,7 @@ def _sibling(ctx: _Ctx, row: dict) -> dict | None:
                 or any(r.get(k) != row.get(k) for k in (
                     "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens", "concurrency", "model_path", "tp_size"))
-                or _weights_id(r["draft_model_path"]) != me):
+                or _weights_id(r) != me):
             continue
         if best is None or r["accept_len"] > best["accept_len"]:
             best = r
@@ -753,16 +760,75 @@ def failure_hint(reason: str | None) -> str:
     return "read the server log named here: its last exception says why it died"
 
 
+def _capture_crash(ctx: _Ctx, row: dict) -> failure.AuxCaptureCrash | None:
+    """The crash inside the target's aux capture, from the stored log tail or the log itself."""
+    tail = ctx.launched.get(row["run_id"], {}).get("server_log_tail")
+    crash = failure.aux_capture_crash((tail or "").splitlines())
+    for path in ctx.logs.get(row["run_id"], []) if crash is None else ():
+        crash = failure.aux_capture_crash(failure.tail_lines(path))
+        if crash is not None:
+            break
+    return crash
+
+
+def _index0_ids(row: dict, module: str) -> tuple[list[int], str | None]:
+    """(served ids that SGLang maps to capture index 0, the rule used): index 0 is the input of
+    the first layer, where the Llama-family loops of SGLang <= 0.5.20 have no residual yet. The
+    rule is the target architecture's, else the one every architecture of `module` shares."""
+    ids, (arch, L) = _ids(row), _target(row)
+    version = row.get("sglang_version")
+    name = aux_layers.rule(arch, version)
+    if name is None:
+        names = {aux_layers.rule(a, version) for a, m in aux_layers.MODULES.items() if m == module}
+        name = names.pop() if len(names) == 1 else None
+    if ids is None or name is None:
+        return [], name
+    idx = aux_layers.capture_indices(name, ids, L or max(ids, default=0) + 2)
+    return [i for i, x in zip(ids, idx) if x == 0], name
+
+
 def check_failed(ctx: _Ctx, row: dict) -> list[Finding]:
-    """A config whose server died (or never got ready): its real cause, its log, and a hint."""
+    """A config whose server died (or never got ready): its real cause, its log, and a hint. A
+    death inside the target's EAGLE-3 aux capture names the ids behind it and the fix."""
     reason = row.get("failure_reason")
     logs = ctx.logs.get(row["run_id"], [])
     refs = tuple(Ref("sources", p, note="server log") for p in logs) + _config_ref(ctx, row)
     nums = {"status": row.get("status"), "failure_reason": reason, "server_logs": logs or None}
-    return [Finding(row["run_id"], row["run_name"], "config_failed", "error",
-                    f"config {row.get('config_name') or row['run_name']} failed: "
-                    f"{reason or 'no cause recorded'}",
-                    Evidence(nums, refs), failure_hint(reason), row.get("config_offset"))]
+    name = row.get("config_name") or row["run_name"]
+    title, hint = f"config {name} failed: {reason or 'no cause recorded'}", failure_hint(reason)
+    crash = _capture_crash(ctx, row) if is_speculative(row) else None
+    if crash is not None:
+        ids = _ids(row)
+        bad, rule_name = _index0_ids(row, crash.module)
+        where = f"sglang/srt/models/{crash.module}.py:{crash.line_no}"
+        nums.update(aux_layer_ids=ids, crash_frame=where, crash_code=crash.code,
+                    sglang_version=row.get("sglang_version"))
+        version = f"SGLang {row['sglang_version']}" if row.get("sglang_version") else "SGLang"
+        title = f"config {name} failed in the target's EAGLE-3 aux capture: "
+        if bad:
+            none_yet = ("NoneType" in crash.exception
+                        and f", where {version}'s {crash.module}.py has no residual yet")
+            title += (f"aux id {bad[0]} of {ids} maps" if len(bad) == 1 else
+                      f"aux ids {bad} of {ids} map") + (
+                f" to capture index 0, the input of the first layer{none_yet or ''}, so ")
+        title += (f"`{crash.code}` ({where}) raised {crash.exception}"
+                  + (f" [rule: {aux_layers.RULE_TEXT[rule_name]}]" if bad else ""))
+        sib = _sibling(ctx, row)
+        if sib is not None:
+            want = _ids(sib)
+            hint = (f"serve eagle_aux_hidden_state_layer_ids = {want} (as in run "
+                    f"{sib['run_name']}: the same draft weights, accept length "
+                    f"{sib['accept_len']:.2f}); {ids} vs {want}: {describe_shift(ids, want)}")
+            refs += (Ref("runs", run_id=sib["run_id"], note="sibling run"),)
+        elif bad:
+            hint = (f"serve ids that each name a layer of the target (no id in {bad}): the ids "
+                    f"the draft was trained with are in its training config; a list holding "
+                    f"{bad} is often the trained one slid by one slot toward the embedding")
+        else:
+            hint = (f"the served ids {ids} reach the capture code at {where}; check that they "
+                    f"name layers of this target and that the draft's hidden size matches it")
+    return [Finding(row["run_id"], row["run_name"], "config_failed", "error", title,
+                    Evidence(nums, refs), hint, row.get("config_offset"))]
 
 
 def is_speculative(row: dict) -> bool:

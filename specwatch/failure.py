@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from specwatch import parse
@@ -100,6 +101,59 @@ def failure_cause(log_path: str | Path) -> str | None:
             if m:
                 return _short(m.group(0))
     return None
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_MODEL_FILE = re.compile(r"sglang/srt/models/(?P<module>\w+)\.py$")
+
+
+@dataclass(frozen=True)
+class AuxCaptureCrash:
+    """A server that died inside a target model's EAGLE-3 aux-state capture: the frame that raised
+    (in `sglang/srt/models/<module>.py`), its source line and the exception line."""
+
+    module: str        # e.g. "llama" (sglang/srt/models/llama.py)
+    line_no: int
+    code: str          # the frame's source line, e.g. `aux_hidden_states.append(hidden_states + residual)`
+    exception: str     # e.g. "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'"
+
+
+def aux_capture_crash(lines: list[str]) -> AuxCaptureCrash | None:
+    """The cause of death when it is a target model's aux-state capture: the last traceback in
+    `lines` that ended in a primary exception (not one a dying process tree adds), when its
+    innermost frame is in `sglang/srt/models/<module>.py` on a source line naming
+    `aux_hidden_states`; else None.
+
+    SGLang 0.4.10-0.5.20 Llama-family targets (0.5.12 measured on the H200) capture
+    `hidden_states + residual` before layer `layers_to_capture[j]`; before layer 0 the residual is
+    still None, so an id that maps to index 0 (-1 under the id+1 rule) raises TypeError at the
+    first forward (CUDA-graph capture, or the warmup request without graphs). The frame is what is
+    recognised, not the message: other exceptions raised by a capture line count too."""
+    frame = code = None
+    found: AuxCaptureCrash | None = None
+    for i, line in enumerate(lines):
+        if _TRACEBACK in line:
+            frame = code = None
+            continue
+        m = _FRAME.match(line)
+        if m:
+            frame = m
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            code = nxt.strip() if nxt.strip() and not _FRAME.match(nxt) else None
+            continue
+        if frame is None or not line.strip() or line[:1].isspace():
+            continue
+        exc = _EXC_LINE.match(line.rstrip())
+        if not exc or not (exc.group(2) is not None or _BARE.search(exc.group(1))):
+            continue
+        name = exc.group(1)
+        if name not in _SECONDARY and name.rsplit(".", 1)[-1] not in _SECONDARY:
+            mod = _MODEL_FILE.search(frame.group("file").replace("\\", "/"))
+            found = (AuxCaptureCrash(mod.group("module"), int(frame.group("line")), code,
+                                     _short(line)) if mod and code and "aux_hidden_states" in code
+                     else None)
+        frame = code = None
+    return found
 
 
 DECODE_MARK = b"Decode batch"   # cheap prefilter; the parser decides what is a decode window

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specwatch import launch, load, sampling
+from specwatch import launch, load, modelinfo, sampling
 from specwatch.sweepfile import Config, Sweep
 
 
@@ -148,10 +148,18 @@ def config_columns(sweep: Sweep, c: Config, aux_ids) -> dict:
     }
 
 
+def model_facts(c: Config) -> dict:
+    """What the model files say, read where the server is launched (NULL when not local)."""
+    target, draft = modelinfo.info(c.model), modelinfo.info(c.draft_model)
+    return {"draft_weights_sha1": draft.weights_sha1 if draft is not None else None,
+            "target_architecture": target.architecture if target is not None else None,
+            "target_num_layers": target.num_layers if target is not None else None}
+
+
 def base_row(job: ConfigJob, key: RunKey, i: int) -> dict:
     """The columns of a run known before it is measured."""
     sweep, c = job.sweep, job.config
-    return {**config_columns(sweep, c, launch.draft_aux_ids(c)),
+    return {**config_columns(sweep, c, launch.draft_aux_ids(c)), **model_facts(c),
             "run_id": run_id(sweep.name, c.name, key), "run_name": run_name(sweep, c.name, key),
             "concurrency": key.concurrency, "repeat_idx": key.repeat_idx,
             "run_order": job.order[i] if job.order else None, "order_seed": job.order_seed,

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 17   # 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+SCHEMA_VERSION = 18   # 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
 
 
 def _t(sql: str):
@@ -107,6 +107,12 @@ class Run:
     # logs and the built-in engine): SGLang 0.5.x logs do not print it, and aux-id capture rules
     # differ between versions (aux_layers.py)
     sglang_version: str = _t("VARCHAR")
+    # What the model files said where the server was launched (NULL when not local there, e.g. a
+    # hub id): so `doctor` on a copy of the database, away from the files, still matches drafts by
+    # their weights and reads the ids against the target's architecture and depth.
+    draft_weights_sha1: str = _t("VARCHAR")   # modelinfo.weights_sha1 of the draft's directory
+    target_architecture: str = _t("VARCHAR")  # the target's config.json architectures[0]
+    target_num_layers: int = _t("INTEGER")    # the target's num_hidden_layers
     ray_node_id: str = _t("VARCHAR")
     ray_retries: int = _t("INTEGER")
     attached_endpoint: str = _t("VARCHAR")

@@ -220,7 +220,7 @@ WITH kept AS (
     coalesce(c.pp_size, vc.pp_size) AS pp_size,
     r.sampling_fingerprint, r.node_hostname,
     coalesce(c.sglang_version, r.sglang_version) AS sglang_version,
-    r.aux_layer_ids,
+    r.aux_layer_ids, r.draft_weights_sha1, r.target_architecture, r.target_num_layers,
     -- simulated acceptance: SGLANG_SIMULATE_ACC_LEN (sim_cfg) or vLLM's synthetic rejection
     -- sampling (server_configs.simulated); false = the log shows no simulation
     (coalesce(c.simulated, false) OR coalesce(vc.simulated, false)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, run_cli
-from specwatch import doctor, ingest, query, store
+from specwatch import doctor, failure, ingest, query, store
 
 WRONG = "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log"
 SPEC_ARGS = (SAMPLES / WRONG).read_text().splitlines()[0]  # a 0.5.23 dict-form server_args line
@@ -545,3 +545,95 @@ def test_repeats_are_judged_pooled_and_a_small_but_consistent_id_loss_warns(db, 
     one, _ = doctor.diagnose(db, "slow-r2")
     assert [(f.run, f.code, f.severity) for f in one if f.code == "slower_than_baseline"] == \
         [("slow-r2", "slower_than_baseline", "error")]
+
+
+# ----------------------------------------------------------------------------- real SGLang deaths
+
+REAL_0512 = Path(__file__).parent / "data" / "real_sglang_0.5.12_h200"   # see its README.md
+CAPTURE_LINE = "aux_hidden_states.append(hidden_states + residual)"
+TYPE_ERROR = "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'"
+
+
+@pytest.mark.parametrize("log", ["shifted-ids-graph.log", "shifted-ids-nograph.log"])
+def test_real_0512_death_in_the_aux_capture_is_recognised(log):
+    """Real SGLang 0.5.12 on the H200, ids [-1, 1, 3]: it dies in llama.py's capture, with and
+    without CUDA graphs (graph capture vs the warmup request); the healthy log has no such death."""
+    lines = (REAL_0512 / log).read_text().splitlines()
+    assert failure.aux_capture_crash(lines) == failure.AuxCaptureCrash(
+        "llama", 395, CAPTURE_LINE, TYPE_ERROR)
+    assert failure.aux_capture_crash((REAL_0512 / "eagle3-s3k1d4.log").read_text().splitlines()) is None
+
+
+def _tb(frames: list[tuple[str, int, str]], exc: str, head: str = "") -> list[str]:
+    out = [f"{head}Traceback (most recent call last):"]
+    for file, line, code in frames:
+        out += [f'  File "{file}", line {line}, in forward', f"    {code}"]
+    return out + [exc, ""]
+
+
+def test_only_a_primary_death_on_a_capture_line_counts():
+    qwen = "/usr/lib/python3.12/site-packages/sglang/srt/models/qwen2.py"
+    capture = _tb([("/x/sglang/srt/managers/scheduler.py", 10, "self.run()"),
+                   (qwen, 363, "aux_hidden_states.append(hidden_states)")],
+                  "RuntimeError: shape '[4, 2048]' is invalid", head="[x] Scheduler hit an exception: ")
+    got = failure.aux_capture_crash(capture)
+    assert (got.module, got.line_no, got.exception) == ("qwen2", 363, "RuntimeError: shape '[4, 2048]' is invalid")
+    # a dying tree's secondary exception after it does not hide it
+    secondary = _tb([("/x/sglang/srt/managers/detokenizer_manager.py", 5, "loop()")], "KeyboardInterrupt")
+    assert failure.aux_capture_crash(capture + secondary) == got
+    # an out-of-memory inside the same model file, on another line, is not a capture death
+    oom = _tb([(qwen, 370, "hidden_states, residual = layer(")],
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert failure.aux_capture_crash(oom) is None
+    # the last primary death decides: a capture death followed by a later OOM is the OOM
+    assert failure.aux_capture_crash(capture + oom) is None
+    # a capture-like line outside sglang/srt/models/ (a user's script) is not one
+    assert failure.aux_capture_crash(_tb([("/home/u/train.py", 3, CAPTURE_LINE)], TYPE_ERROR)) is None
+
+
+def _failed_sweep(db, tmp_path, sibling_sha1: str) -> None:
+    """The real sweep of 2026-12-02 as stored: the draft served with ids [1, 3, 5] measured, the
+    same weights (recorded sha1) with ids [-1, 1, 3] died. The model paths are not on this
+    machine, as when a database is copied off the GPU host."""
+    common = dict(origin="sweep", sweep_name="exported-real", engine="sglang",
+                  model_path="/gpu-host/exported/target", speculative_algorithm="EAGLE3",
+                  speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4,
+                  tp_size=1, concurrency=1, sglang_version="0.5.12",
+                  target_architecture="LlamaForCausalLM", target_num_layers=8)
+    good, dead = tmp_path / "good.log", tmp_path / "dead.log"
+    # the logs name the GPU host's paths; move them off this machine's /tmp (which may hold an
+    # export at the same place) so that only what the database recorded can match the drafts
+    for src, dst in (("eagle3-s3k1d4.log", good), ("shifted-ids-graph.log", dead)):
+        dst.write_text((REAL_0512 / src).read_text().replace("/tmp/sw-h200/", "/gpu-host/"))
+    _ingest(db, good, "good", run_name="eagle3-s3k1d4/c1", config_name="eagle3-s3k1d4",
+            status="ok", aux_layer_ids="[1, 3, 5]", draft_model_path="/gpu-host/exported/draft-eagle3",
+            draft_weights_sha1=sibling_sha1, output_tok_s=648.1, **common)
+    tail = "\n".join(dead.read_text().splitlines()[-40:])
+    _ingest(db, dead, "dead", run_name="eagle3-s3k1d4-shifted/c1", config_name="eagle3-s3k1d4-shifted",
+            status="failed", failure_reason=f"{TYPE_ERROR} (server exited with code -9 before it "
+            "was ready)", server_log_tail=tail, aux_layer_ids="[-1, 1, 3]",
+            draft_model_path="/gpu-host/exported/draft-eagle3-shifted",
+            draft_weights_sha1="3a0a7030022f", **common)
+
+
+def test_real_0512_aux_capture_death_names_the_ids_and_the_fix(db, tmp_path):
+    _failed_sweep(db, tmp_path, sibling_sha1="3a0a7030022f")
+    findings, _ = doctor.diagnose(db)
+    (f,) = [f for f in findings if f.run == "eagle3-s3k1d4-shifted/c1"]
+    assert (f.code, f.severity) == ("config_failed", "error")
+    assert ("aux id -1 of [-1, 1, 3] maps to capture index 0, the input of the first layer, where "
+            "SGLang 0.5.12's llama.py has no residual yet") in f.title
+    assert f"`{CAPTURE_LINE}` (sglang/srt/models/llama.py:395) raised {TYPE_ERROR}" in f.title
+    assert f.suggestion.startswith("serve eagle_aux_hidden_state_layer_ids = [1, 3, 5] (as in run "
+                                   "eagle3-s3k1d4/c1: the same draft weights")
+    assert "moved 1 slot(s) toward layer -1" in f.suggestion
+    assert f.evidence.numbers["crash_frame"] == "sglang/srt/models/llama.py:395"
+    assert ("runs", "good") in [(r.table, r.run_id) for r in f.evidence.rows]
+    assert not [g for g in findings if g.run == "eagle3-s3k1d4/c1" and g.code == "config_failed"]
+
+
+def test_capture_death_without_a_same_weights_sibling_says_which_id_not_a_guess(db, tmp_path):
+    _failed_sweep(db, tmp_path, sibling_sha1="another-draft")
+    (f,) = [f for f in doctor.diagnose(db)[0] if f.run == "eagle3-s3k1d4-shifted/c1"]
+    assert "aux id -1 of [-1, 1, 3] maps to capture index 0" in f.title
+    assert "no id in [-1]" in f.suggestion and "[1, 3, 5]" not in f.suggestion

@@ -446,3 +446,34 @@ def test_vllm_runs_get_their_method_from_the_config_lines(tmp_path):
             "FROM run_metrics").fetchall())
     assert rows["vllm-0.26-dynamic-depth-k8s.log"] == ("eagle3", 5, 2, "/models/Qwen3-8B")
     assert rows["vllm-0.11-eagle3.log"][:2] == ("eagle3", 3)  # from its non-default args line
+
+
+def test_real_0512_h200_logs_store_every_decode_line_and_reject_none(tmp_path):
+    """The unedited real SGLang 0.5.12 logs of 2026-12-02 (tests/data/real_sglang_0.5.12_h200):
+    every decode line is a stored window with the numbers printed on it, its config comes from
+    the 0.5.12 server_args repr, and no metric line is rejected; the two dead servers' logs store
+    their config and no window."""
+    import re
+    from specwatch import ingest, store
+    real = ROOT / "tests" / "data" / "real_sglang_0.5.12_h200"
+    db = tmp_path / "r.duckdb"
+    ingest.ingest_paths(db, [str(real / n) for n in (
+        "eagle3-s3k1d4.log", "shifted-ids-graph.log", "shifted-ids-nograph.log")])
+    text = (real / "eagle3-s3k1d4.log").read_text()
+    printed = [(float(a), float(b)) for a, b in re.findall(
+        r"\] Decode batch, .*?accept len: ([\d.]+), accept rate: ([\d.]+)", text)]
+    assert len(printed) > 10
+    with store.reader(db) as con:
+        got = con.execute("""SELECT d.accept_len, d.accept_rate_printed FROM decode_windows d
+                             JOIN sources s USING (source_id) WHERE s.path LIKE '%eagle3-s3k1d4.log'
+                             ORDER BY d.byte_offset""").fetchall()
+        rejected = con.execute("SELECT count(*) FROM rejected_lines").fetchone()[0]
+        cfg = con.execute("""SELECT s.path, c.speculative_algorithm, c.speculative_num_steps,
+                                    c.speculative_eagle_topk, c.speculative_num_draft_tokens
+                             FROM server_configs c JOIN sources s USING (source_id)
+                             ORDER BY s.path""").fetchall()
+        dead_windows = con.execute("""SELECT count(*) FROM decode_windows d JOIN sources s
+                                      USING (source_id) WHERE s.path LIKE '%shifted%'""").fetchone()[0]
+    assert got == printed
+    assert rejected == 0 and dead_windows == 0
+    assert [c[1:] for c in cfg] == [("EAGLE3", 3, 1, 4)] * 3

@@ -6,6 +6,7 @@ stored numbers checked against what the server itself reported."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -50,6 +51,26 @@ def rows(db: Path, sql: str, params=()) -> list[dict]:
         return [dict(zip(cols, r)) for r in cur.fetchall()]
     finally:
         con.close()
+
+
+MODELS = ROOT / "specwatch" / "engine" / "models"
+
+
+def check_model_facts(runs: list[dict]) -> None:
+    """Each run records what the model files said where its server ran: the target's
+    architecture and depth from its config.json, the draft's weights as sha1 over the weight
+    files' names and bytes (computed here independently; an aux-id override links the same
+    weights, so its hash is the draft's)."""
+    tcfg = json.loads((MODELS / "target" / "config.json").read_text())
+    h = hashlib.sha1()
+    for f in sorted((MODELS / "draft-eagle3").glob("*.safetensors")):
+        h.update(f.name.encode() + b"\0")
+        h.update(f.read_bytes())
+    for r in runs:
+        assert (r["target_architecture"], r["target_num_layers"]) == (
+            tcfg["architectures"][0], tcfg["num_hidden_layers"]), r["run_id"]
+        assert r["draft_weights_sha1"] == (h.hexdigest() if r["draft_model_path"] else None), \
+            r["run_id"]
 
 
 def quiet() -> sweep.Progress:
@@ -286,6 +307,7 @@ speculative_eagle_topk = 1
     assert got == sorted(got, key=lambda r: r["started_at"])   # measured in the stored order
     # the order is the seeded shuffle, so both configs lead some block (not one always first)
     assert len({got[i]["config_name"] for i in range(0, 12, 2)}) == 2
+    check_model_facts(got)
     for name in ("baseline", "s2"):
         logs = list((tmp_path / "runs" / "inter" / name).glob("server-*.log"))
         assert len(logs) == 1 and logs[0].read_text().count("specwatch: launching") == 1
@@ -410,6 +432,7 @@ def test_example_sweep_numbers_match_the_server(tmp_path):
     n_runs = len(s.configs) * len(s.concurrency) * s.repeats
     assert len(report) == n_runs == 50
     all_runs = rows(db, "SELECT * FROM runs")
+    check_model_facts(all_runs)   # the shifted config serves the same draft weights
     by_id = {r["run_id"]: r for r in all_runs}
     # interleaved: in every (repeat, concurrency) block each config runs once, in the stored order
     order = sorted(all_runs, key=lambda r: r["run_order"])

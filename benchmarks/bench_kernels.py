@@ -45,7 +45,6 @@ from kernels import AcceptCounters  # noqa: E402
 from kernels._aux_stats_triton import aux_stats_triton  # noqa: E402
 from kernels._draft_topk_triton import draft_topk_triton  # noqa: E402
 from kernels._select_tree_triton import organize_triton, select_tree_triton  # noqa: E402
-import kernels._draft_topk_triton as DT  # noqa: E402
 import kernels._verify_tree_triton as VT  # noqa: E402
 from kernels._verify_tree_triton import verify_tree_triton  # noqa: E402
 from kernels.aux_stats import aux_stats_reference  # noqa: E402
@@ -406,37 +405,34 @@ def bench_aux(bw, quick):
 
 # ---- --variants: candidate designs side by side (in graph), winners printed per shape ----
 # Kept small (compile time counts): the lead's single GPU run picks the defaults from these.
-# draft_topk: (label, fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps, merge_topk)
+# draft_topk: (label, fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps)
 # (merge_warps: two-launch only; None = the merge that reads V/32 group maxima with 4-8 warps, an int =
 # pass 1 writes super-group maxima and the merge runs that many warps per row.)
+# (The tl.topk merges of 23566ac are gone: compiled by Triton 3.6.0 on the H200 they were not exact.)
 TOPK_VARIANTS = (
-    ("2launch B4096 w4 p8", False, 4096, 4, 8, None, None, False),     # TOPK_CONFIG at R > 256
-    ("fused B4096 w4 p8", True, 4096, 4, 8, None, None, False),        # 69.2 us at 512x163840 (2026-12-01)
-    ("fused B2048 w4 p8", True, 2048, 4, 8, None, None, False),        # TOPK_CONFIG at R <= 256
-    # 2026-12 candidates: the merge was ~20 us of 69 at 512 x 163840
-    ("2launch B4096 w4 p8 smax m1", False, 4096, 4, 8, None, 1, False),  # 1-warp merge, all rows in one wave
-    ("2launch B4096 w4 p8 smax m2", False, 4096, 4, 8, None, 2, False),
-    ("2launch B4096 w4 p8 smax m1 topk", False, 4096, 4, 8, None, 1, True),
-    ("fused B4096 w4 p8 topk", True, 4096, 4, 8, None, None, True),    # bitonic top-K, no K-long chain
-    ("fused B4096 w4 p4", True, 4096, 4, 4, None, None, False),        # fewer, longer splits
-    ("fused B4096 w4 p2", True, 4096, 4, 2, None, None, False),        # ~1 split per row at R = 512
-    ("2launch B4096 w4 p4 smax m1", False, 4096, 4, 4, None, 1, False),
+    ("2launch B4096 w4 p8 smax m1", False, 4096, 4, 8, None, 1),  # TOPK_CONFIG at R > 256 (2026-12-02)
+    ("2launch B4096 w4 p4 smax m1", False, 4096, 4, 4, None, 1),  # TOPK_CONFIG at 8 < R <= 256
+    ("2launch B4096 w4 p8 smax m2", False, 4096, 4, 8, None, 2),
+    ("2launch B4096 w4 p8", False, 4096, 4, 8, None, None),       # the 8-warp merge over V/32 maxima
+    ("fused B4096 w4 p8", True, 4096, 4, 8, None, None),          # TOPK_CONFIG at R <= 8
+    ("fused B2048 w4 p8", True, 2048, 4, 8, None, None),
+    ("fused B4096 w4 p4", True, 4096, 4, 4, None, None),          # fewer, longer splits
+    ("fused B4096 w4 p2", True, 4096, 4, 2, None, None),          # ~1 split per row at R = 512
 )
 TOPK_VARIANT_SHAPES = ((64, 8, 163840), (64, 4, 128256), (8, 8, 163840), (64, 8, 32000), (1, 8, 128256), (8, 1, 163840))
 # verify_tree: every benchmarked shape (V, B, N); (label, path, BLOCK, num_warps, programs per SM)
 VERIFY_VARIANT_SHAPES = tuple((v, b, n) for v in (32000, 128256, 163840)
                               for b, n in ((1, 4), (1, 8), (8, 8), (64, 4), (64, 8), (64, 32)))
 VERIFY_VARIANTS = (
-    ("argmax+walk", "argmax", None, None, None),           # VERIFY_DISPATCH at R = 512, V = 32000
-    ("fused B2048 w4 p6", "fused", 2048, 4, 6),            # VERIFY_DISPATCH elsewhere (p6 or p16)
+    ("argmax+walk", "argmax", None, None, None),           # SGLang's shape (no VERIFY_DISPATCH row since 2026-12-02)
+    ("fused B2048 w4 p6", "fused", 2048, 4, 6),            # VERIFY_DISPATCH rows (see the table's comment)
     ("fused B2048 w4 p16", "fused", 2048, 4, 16),
     ("fused B4096 w4 p16", "fused", 4096, 4, 16),
-    # 2026-12 candidates for V = 32000 (slower than torch.argmax alone at R = 64 / 256 / 512)
     ("fused B1024 w1 p16", "fused", 1024, 1, 16),          # 1-warp programs: the walk's reductions stay in a warp
     ("fused B2048 w2 p16", "fused", 2048, 2, 16),
     ("rowwise B4096 w4", "rowwise", 4096, 4, None),        # one program per row, plain store + ticket
     ("rowwise B8192 w8", "rowwise", 8192, 8, None),
-    ("rowwise B4096 w8", "rowwise", 4096, 8, None),
+    ("rowwise B4096 w8", "rowwise", 4096, 8, None),        # VERIFY_DISPATCH at R = 65-512 (most V)
     ("rowwise B2048 w2", "rowwise", 2048, 2, None),
 )
 SHAPES: set[tuple[int, int]] | None = None  # --shapes: (rows, vocab) pairs the variants run; None = all
@@ -458,12 +454,9 @@ def variants_draft_topk(bw):
         p_ref, i_ref = draft_topk_reference(logits, k, hot)
         floor = r * v * 2 / bw * 1e6
         res, notes = [], []
-        for label, fused, block, warps, pps, maxnreg, mwarps, topk in TOPK_VARIANTS:
-            if topk and not DT.HAS_TL_TOPK:
-                notes.append(f"{label}: skipped (Triton {triton.__version__} has no tl.topk)")
-                continue
+        for label, fused, block, warps, pps, maxnreg, mwarps in TOPK_VARIANTS:
             kw = dict(block=block, num_warps=warps, fused=fused, programs_per_sm=pps, maxnreg=maxnreg,
-                      merge_warps=mwarps, merge_topk=topk)
+                      merge_warps=mwarps)
             try:
                 p, i = draft_topk_triton(logits, k, hot, **kw)
                 flag, detail = topk_agreement(logits, p, i, p_ref, i_ref)
@@ -556,9 +549,7 @@ def check_irregular():
                 x[1, [3, v - 1]] = 0.0
             hot = torch.randperm(v, device=DEV)
             pr, ir = draft_topk_reference(x, k, hot)
-            kws = [dict(fused=True), dict(fused=False), dict(fused=False, merge_warps=1)]
-            if DT.HAS_TL_TOPK:
-                kws += [dict(fused=True, merge_topk=True), dict(fused=False, merge_warps=1, merge_topk=True)]
+            kws = [dict(fused=True), dict(fused=False), dict(fused=False, merge_warps=1), dict(fused=False, merge_warps=2)]
             for kw in kws:
                 for _ in range(2):  # twice: the fused kernel's tickets must come back reset
                     p, i = draft_topk_triton(x, k, hot, block=block, nsplit=ns, **kw)

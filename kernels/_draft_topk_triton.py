@@ -6,11 +6,11 @@ keeps an online (max, sum-exp) and writes the maximum of every GROUP of 32 conse
 Pass 2 (merge) for a row: merges the (max, sum) pairs into the lse, picks the top-K groups by
 (max desc, group index asc), re-reads those K*32 logits and extracts the exact top-K (lowest index
 wins ties); each extraction is one max over int64 (value, index) keys.
-Default (`_draft_topk_fused_kernel`, TOPK_CONFIG): both passes in one launch; the split that
-arrives last on its row's ticket runs that row's merge, reading the super-group maxima pass 1
-wrote. `fused=False` runs pass 1 and a separate merge launch (one program per row); with
-`merge_warps` set, pass 1 also writes the super-group maxima and the merge runs that many warps.
-`merge_topk`: each merge level takes its top-K with tl.topk (bitonic) instead of K extractions.
+TOPK_CONFIG picks per shape: fused (`_draft_topk_fused_kernel`, R <= 8 or V <= 8192 now): both
+passes in one launch; the split that arrives last on its row's ticket runs that row's merge,
+reading the super-group maxima pass 1 wrote. Two-launch (`fused=False`, the other shapes): pass 1
+then a separate merge launch (one program per row); with `merge_warps` set, pass 1 also writes the
+super-group maxima and the merge runs that many warps.
 (A first version kept a running top-K of group maxima per program and examined a tile only when
 it could enter; with ~20 tiles per program nearly every tile was examined, and the K-step
 insertion loop made it 5x slower than this at 512 x 163840 on the H200.)
@@ -113,12 +113,8 @@ def _key_value(key):
 def _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
                 hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, row,
                 K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr,
-                GROUP_SIZE: tl.constexpr, HAS_HOT: tl.constexpr, READ_SMAX: tl.constexpr,
-                USE_TOPK: tl.constexpr = False):
-    # USE_TOPK: each level takes its top-KP keys with one tl.topk (a pruned bitonic sort:
-    # log2(n / KP) merge rounds of log2(KP) + 1 compare-exchange stages, no K-long dependent chain of
-    # block-wide reductions) instead of K sequential max-extractions. The keys are distinct (they
-    # hold the index), so both give the same set in the same order; needs SGP >= KP.
+                GROUP_SIZE: tl.constexpr, HAS_HOT: tl.constexpr, READ_SMAX: tl.constexpr):
+    # K max-extractions, not tl.topk: compiled by Triton 3.6.0 on the H200 it failed test_*[*topk*] at K=1 (12 cases).
     # .cg loads (L2, not L1): in the fused kernel other programs wrote these moments ago.
     row64 = row.to(tl.int64)
     # log-sum-exp over splits
@@ -144,28 +140,20 @@ def _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr,
         smv = tl.max(gv2, axis=1)
     skey = tl.where((sg * 32) < n_groups, _key(smv, sg), KEY_MIN)
     slot = tl.arange(0, KP)
-    if USE_TOPK:
-        top = tl.topk(skey, KP)
-        sel_s = tl.where((slot < K) & (top != KEY_MIN), _key_index(top), SENTINEL_GROUP)
-    else:
-        sel_s = tl.full([KP], SENTINEL_GROUP, tl.int32)
-        for j in tl.static_range(K):
-            best = tl.max(skey, axis=0)
-            sel_s = tl.where(slot == j, tl.where(best != KEY_MIN, _key_index(best), SENTINEL_GROUP), sel_s)
-            skey = tl.where(skey == best, KEY_MIN, skey)
+    sel_s = tl.full([KP], SENTINEL_GROUP, tl.int32)
+    for j in tl.static_range(K):
+        best = tl.max(skey, axis=0)
+        sel_s = tl.where(slot == j, tl.where(best != KEY_MIN, _key_index(best), SENTINEL_GROUP), sel_s)
+        skey = tl.where(skey == best, KEY_MIN, skey)
     g = sel_s[:, None] * 32 + c32[None, :]
     g_ok = (slot[:, None] < K) & (sel_s[:, None] < SENTINEL_GROUP) & (g < n_groups)
     gv = tl.load(gmax_ptr + row64 * n_groups + g, mask=g_ok, other=NEG_INF, cache_modifier=".cg")
     gkey = tl.where(g_ok, _key(gv, g), KEY_MIN)
-    if USE_TOPK:
-        top = tl.topk(tl.reshape(gkey, [KP * 32]), KP)
-        sel_g = tl.where((slot < K) & (top != KEY_MIN), _key_index(top), SENTINEL_GROUP)
-    else:
-        sel_g = tl.full([KP], SENTINEL_GROUP, tl.int32)
-        for j in tl.static_range(K):
-            best = tl.max(tl.max(gkey, axis=1), axis=0)
-            sel_g = tl.where(slot == j, tl.where(best != KEY_MIN, _key_index(best), SENTINEL_GROUP), sel_g)
-            gkey = tl.where(gkey == best, KEY_MIN, gkey)
+    sel_g = tl.full([KP], SENTINEL_GROUP, tl.int32)
+    for j in tl.static_range(K):
+        best = tl.max(tl.max(gkey, axis=1), axis=0)
+        sel_g = tl.where(slot == j, tl.where(best != KEY_MIN, _key_index(best), SENTINEL_GROUP), sel_g)
+        gkey = tl.where(gkey == best, KEY_MIN, gkey)
     # exact top-K among the selected groups' logits
     col = tl.arange(0, GROUP_SIZE)
     idx = sel_g[:, None] * GROUP_SIZE + col[None, :]
@@ -173,18 +161,13 @@ def _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr,
     row_ptr = logits_ptr + row64 * stride_row
     x = tl.load(row_ptr + idx, mask=ok, other=NEG_INF).to(tl.float32)
     xkey = tl.where(ok, _key(x, idx), KEY_MIN)
-    if USE_TOPK:
-        top = tl.topk(tl.reshape(xkey, [KP * GROUP_SIZE]), KP)
-        out_v = _key_value(top)
-        out_i = _key_index(top)
-    else:
-        out_v = tl.full([KP], NEG_INF, tl.float32)
-        out_i = tl.zeros([KP], tl.int32)
-        for j in tl.static_range(K):
-            best = tl.max(tl.max(xkey, axis=1), axis=0)
-            out_v = tl.where(slot == j, _key_value(best), out_v)
-            out_i = tl.where(slot == j, _key_index(best), out_i)
-            xkey = tl.where(xkey == best, KEY_MIN, xkey)
+    out_v = tl.full([KP], NEG_INF, tl.float32)
+    out_i = tl.zeros([KP], tl.int32)
+    for j in tl.static_range(K):
+        best = tl.max(tl.max(xkey, axis=1), axis=0)
+        out_v = tl.where(slot == j, _key_value(best), out_v)
+        out_i = tl.where(slot == j, _key_index(best), out_i)
+        xkey = tl.where(xkey == best, KEY_MIN, xkey)
     p = tl.exp(out_v - lse)
     out_idx = out_i.to(tl.int64)
     if HAS_HOT:
@@ -199,13 +182,13 @@ def _draft_topk_merge_kernel(
     part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
     hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg,
     K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    HAS_HOT: tl.constexpr, READ_SMAX: tl.constexpr, USE_TOPK: tl.constexpr,
+    HAS_HOT: tl.constexpr, READ_SMAX: tl.constexpr,
 ):
     """One program per row. READ_SMAX: pass 1 wrote the super-group maxima, so a row's merge holds
     [SGP] + [KP, 32] values and runs in one warp (intra-warp reductions, every row in one wave)."""
     _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
                 hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, tl.program_id(0), K, KP, NSP, SGP, GROUP_SIZE, HAS_HOT,
-                READ_SMAX, USE_TOPK)
+                READ_SMAX)
 
 
 @triton.jit
@@ -215,7 +198,7 @@ def _draft_topk_fused_kernel(
     hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg,
     BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr,
     K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr, HAS_HOT: tl.constexpr,
-    SMAX: tl.constexpr, USE_TOPK: tl.constexpr = False,
+    SMAX: tl.constexpr,
 ):
     """Both passes in one launch: grid (R * nsplit,), a row's splits adjacent in launch order; the
     split that arrives last on the row's ticket merges it (and resets the ticket), so merges of
@@ -230,40 +213,34 @@ def _draft_topk_fused_kernel(
     if ticket == nsplit - 1:
         tl.atomic_xchg(ticket_ptr + row, 0)
         _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
-                    hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, row, K, KP, NSP, SGP, GROUP_SIZE, HAS_HOT, SMAX,
-                    USE_TOPK)
+                    hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, row, K, KP, NSP, SGP, GROUP_SIZE, HAS_HOT, SMAX)
 
 
 # ---- configuration (data): edit from `bench_kernels.py --variants` output ----
 # First row whose bounds hold wins: (max rows R or None, max vocab or None) ->
-#   (fused, BLOCK, num_warps, programs per SM, maxnreg or None).
-# maxnreg caps registers per thread: ptxas gives the fused kernel 224 at BLOCK 4096 / 4 warps
-# (2 CTAs = 8 warps per SM; the measured two-launch pass 1 had 167, 3 CTAs); 128 compiles without
-# spills for sm_90 (cuobjdump -res-usage on the AOT cubin: LOCAL 0) and allows 4 CTAs = 16 warps.
+#   (fused, BLOCK, num_warps, programs per SM, maxnreg or None, merge_warps or None).
 # fused=True: one launch, the last-arriving split of each row merges it (`_draft_topk_fused_kernel`);
 # fused=False: the streaming pass then a merge launch (one program per row).
-# Where the numbers come from: `bench_kernels.py --variants` on the H200 (2026-12-01, in graph,
-# benchmarks/results/kernels_h200.md): fused B4096/4 warps/8 per SM won at R = 8 (9.5, 5.6 us);
-# the two-launch kernel at R = 64, V = 163840 (15.2 vs 16.4 us) and R = 512, V = 32000 (20.2 vs
-# 22.4 us); fused B2048 at R = 256, V = 128256 (28.8 vs 31.4 two-launch); at R = 512, V = 163840
-# fused B4096 (no register cap) 69.2 us and two-launch 70.3 us: a tie, so the fusion did not pay
-# there (1.74x the 39.7 us HBM floor; the 1.5x target is missed). The register cap of 128 was
-# slower at every shape (35.5 vs 31.5, 79.0 vs 69.2 us).
-# Two more fields per row (2026-12 candidates, not measured yet; `--variants` times them):
-#   merge_warps (two-launch only): None = the measured merge (reads the V/32 group maxima, 8 warps
-#   when V/1024 >= 64 else 4); an int = pass 1 also writes the super-group maxima (BLOCK a
-#   multiple of 1024) and the merge kernel runs that many warps per row (1: every reduction stays
-#   inside a warp, 512 rows fit in one wave).
-#   merge_topk: the merge takes each level's top-K with tl.topk (bitonic) instead of K extractions
-#   (needs a Triton with tl.topk: `HAS_TL_TOPK`).
-TOPK_CONFIG: tuple[tuple[int | None, int | None, bool, int, int, int, int | None, int | None, bool], ...] = (
-    (None, 8192, True, 1024, 4, 8, None, None, False),
-    (8, None, True, 4096, 4, 8, None, None, False),
-    (64, None, False, 4096, 4, 8, None, None, False),
-    (256, None, True, 2048, 4, 8, None, None, False),
-    (None, None, False, 4096, 4, 8, None, None, False),
+# maxnreg caps registers per thread (None: no cap; 128 was slower at every shape measured on
+# 2026-12-01: 35.5 vs 31.5, 79.0 vs 69.2 us).
+# merge_warps (two-launch only): None = the merge reads the V/32 group maxima (8 warps when
+# V/1024 >= 64 else 4); an int = pass 1 also writes the super-group maxima (BLOCK a multiple of
+# 1024) and the merge runs that many warps per row ("smax m1": every reduction inside one warp).
+# Where the numbers come from: `bench_kernels.py --variants` on the H200 (2026-12-02, commit
+# 23566ac, Triton 3.6.0; benchmarks/results/kernels_h200.md), exact variants only:
+#   R = 512, V = 163840, K = 8: 2launch B4096 w4 p8 smax m1 60.0 us (1.52x the 39.5 us floor; m2 61.0,
+#     fused B4096 p8 69.2); R = 512, V = 32000, K = 8: the same, 18.5 us (m2 18.5, a tie);
+#   R = 256, V = 128256, K = 4: 2launch B4096 w4 p4 smax m1 27.8 us (fused B2048 p8 28.7);
+#   R = 64, V = 163840, K = 8: 2launch B4096 w4 p4 smax m1 13.5 us (p8 smax m1 14.1); one row
+#     for R <= 256 since both shapes pick the same variant.
+# Not measured in that run, kept from 2026-12-01: fused B4096/4 warps/8 per SM at R = 8 (9.5,
+# 5.6 us) and the V <= 8192 row.
+TOPK_CONFIG: tuple[tuple[int | None, int | None, bool, int, int, int, int | None, int | None], ...] = (
+    (None, 8192, True, 1024, 4, 8, None, None),
+    (8, None, True, 4096, 4, 8, None, None),
+    (256, None, False, 4096, 4, 4, None, 1),
+    (None, None, False, 4096, 4, 8, None, 1),
 )
-HAS_TL_TOPK = hasattr(tl, "topk")
 _FROM_CONFIG = object()
 
 
@@ -273,11 +250,11 @@ def _config(rows: int, vocab: int) -> tuple[int, int]:
 
 
 def plan(rows: int, vocab: int) -> tuple:
-    """(fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps, merge_topk) from TOPK_CONFIG."""
+    """(fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps) from TOPK_CONFIG."""
     for max_rows, max_vocab, *cfg in TOPK_CONFIG:
         if (max_rows is None or rows <= max_rows) and (max_vocab is None or vocab <= max_vocab):
             return tuple(cfg)
-    return True, 4096, 4, 8, None, None, False
+    return True, 4096, 4, 8, None, None
 
 
 def _num_sms(device: torch.device) -> int:
@@ -298,9 +275,9 @@ def plan_splits(rows: int, vocab: int, block: int, device: torch.device, program
 def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor | None = None,
                       block: int | None = None, num_warps: int | None = None, nsplit: int | None = None,
                       fused: bool | None = None, programs_per_sm: int | None = None, maxnreg: int | None = 0,
-                      merge_warps=_FROM_CONFIG, merge_topk: bool | None = None):
+                      merge_warps=_FROM_CONFIG):
     """Launch the kernel(s) TOPK_CONFIG picks. `block`, `num_warps`, `nsplit`, `fused`,
-    `programs_per_sm`, `maxnreg` (None: no cap), `merge_warps`, `merge_topk` override it
+    `programs_per_sm`, `maxnreg` (None: no cap), `merge_warps` override it
     (benchmarks, tests)."""
     if logits.dim() != 2 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"draft_topk: logits must be [R, V] fp32/bf16/fp16, got {tuple(logits.shape)} {logits.dtype}")
@@ -314,14 +291,11 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     out_i = torch.empty(rows, k, dtype=torch.int64, device=device)
     if rows == 0:
         return out_p, out_i
-    cfg_fused, cfg_block, cfg_warps, cfg_pps, cfg_maxnreg, cfg_mwarps, cfg_topk = plan(rows, vocab)
+    cfg_fused, cfg_block, cfg_warps, cfg_pps, cfg_maxnreg, cfg_mwarps = plan(rows, vocab)
     maxnreg = cfg_maxnreg if maxnreg == 0 else maxnreg
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     fused = cfg_fused if fused is None else fused
     merge_warps = cfg_mwarps if merge_warps is _FROM_CONFIG else merge_warps
-    use_topk = cfg_topk if merge_topk is None else merge_topk
-    if use_topk and not HAS_TL_TOPK:
-        raise ValueError(f"draft_topk: merge_topk needs tl.topk, which Triton {triton.__version__} lacks")
     block = block or cfg_block
     num_warps = num_warps or cfg_warps
     if nsplit is None:
@@ -338,8 +312,6 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     if hot_token_id is not None and (hot.device != device or hot.dtype != torch.int64):
         hot = hot.to(device=device, dtype=torch.int64)
     sgp = triton.next_power_of_2(triton.cdiv(n_groups, 32))
-    if use_topk:
-        sgp = max(sgp, kp)  # tl.topk takes k <= n
     nsp = triton.next_power_of_2(nsplit)
     n_sg = triton.cdiv(n_groups, 32)
     if fused:
@@ -350,7 +322,7 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
             logits, logits.stride(0), vocab, chunk, n_groups, part_m, part_s, gmax, nsplit, tickets,
             hot, out_p, out_i, smax, n_sg,
             BLOCK=block, GROUP_SIZE=GROUP, K=k, KP=kp, NSP=nsp, SGP=sgp,
-            HAS_HOT=hot_token_id is not None, SMAX=use_smax, USE_TOPK=use_topk, num_warps=num_warps,
+            HAS_HOT=hot_token_id is not None, SMAX=use_smax, num_warps=num_warps,
             enable_fp_fusion=True, **extra)
         return out_p, out_i
     use_smax = merge_warps is not None and block % (32 * GROUP) == 0
@@ -362,6 +334,6 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
         logits, logits.stride(0), vocab, n_groups, part_m, part_s, gmax, nsplit,
         hot, out_p, out_i, smax, n_sg,
         K=k, KP=kp, NSP=nsp, SGP=sgp, GROUP_SIZE=GROUP,
-        HAS_HOT=hot_token_id is not None, READ_SMAX=use_smax, USE_TOPK=use_topk,
+        HAS_HOT=hot_token_id is not None, READ_SMAX=use_smax,
         num_warps=merge_warps or (8 if sgp >= 64 else 4))
     return out_p, out_i

@@ -6,7 +6,7 @@ value and then the lowest index win. It then takes a ticket on its request's cou
 that arrives last reads (and resets) the request's N keys, writes target_predict and walks the tree
 exactly like SGLang's VerifyTreeGreedy, updating the acceptance counters with atomics.
 Row-wise ("rowwise", grid (B*N,)): one program per row stores its argmax and takes the ticket.
-Where torch.argmax alone is faster than the fused kernel (`VERIFY_DISPATCH`), target_predict comes
+Path "argmax" (`VERIFY_DISPATCH` can pick it; no row does since 2026-12-02): target_predict comes
 from torch.argmax and `_walk_kernel` (one program per request) does the same walk. The walk (`_walk`)
 is parallel over the nodes: no per-node serial scan, no atomics inside a loop.
 """
@@ -207,27 +207,36 @@ def _num_sms(device: torch.device) -> int:
 
 
 # ---- dispatch rule (data): edit from `bench_kernels.py --variants` output ----
-# First row whose bounds hold wins: (max rows R = B*N or None, max vocab or None, path, fused config).
-# path "fused": the single-launch kernel (split-V argmax + walk by the last-arriving program), with
-#   (BLOCK, num_warps, programs per SM for the split count).
-# path "argmax": torch.argmax + `_walk_kernel` (the SGLang shape: argmax, then a walk launch).
-# Measured rows (H200, in graph, `bench_kernels.py --variants`, benchmarks/results/kernels_h200.md,
-# 2026-12-01 run): fused B2048/4 warps beat torch.argmax + walk at every shape except R = 512,
-# V = 32000 (28.1 us argmax + walk vs 28.9 fused); 16 programs per SM win at R <= 8 and at
-# R = 256-512 for V >= 128256, 6 per SM at R = 64 and R = 2048 (and R <= 256 at V = 32000).
-# Against torch.argmax ALONE (no walk) this table still loses at V = 32000, R = 64 / 256 / 512
-# (0.95x / 0.94x / 0.84x): there argmax over 32000 columns is already near its launch floor.
+# First row whose bounds hold wins: (max rows R = B*N or None, max vocab or None, path, config).
+# path "fused": the single-launch split-V kernel (argmax per chunk + walk by the last-arriving
+#   program), config (BLOCK, num_warps, programs per SM for the split count).
+# path "rowwise": one program per row (`_verify_rowwise_kernel`: whole-row argmax, plain store, the
+#   last row of each request walks it), config (BLOCK, num_warps, unused 0).
+# path "argmax": torch.argmax + `_walk_kernel` (SGLang's shape); no row picks it since 2026-12-02.
+# Measured (H200, in graph, `bench_kernels.py --variants`, benchmarks/results/kernels_h200.md), exact
+# variants only, time vs torch.argmax alone. 2026-12-02 run (commit 23566ac):
+#   V=32000: R=4 fused B2048 w4 p6 6.7 vs 9.0 us; R=8 fused B1024 w1 p16 6.9 vs 9.0;
+#     R=64 fused B2048 w4 p6 9.5 vs 9.0 (0.95x: the fastest exact path, argmax + walk 12.2);
+#     R=256 rowwise B4096 w8 9.5 vs 12.7; R=512 rowwise B4096 w8 23.8 vs 23.6 (0.99x);
+#     R=2048 fused B2048 w4 p6 73.5 vs 80.0;
+#   V=128256: R=256 rowwise B4096 w8 37.4 vs 47.3;
+#   V=163840: R=64 fused B1024 w1 p16 12.9 vs 23.0; R=512 rowwise B4096 w8 83.2 vs 100.7.
+# Not in that run, kept from the 2026-12-01 run: R<=8 at V>32000 (fused B2048 w4 p16), R=64 at
+# V=128256 (fused B2048 w4 p6), R=256 at V=163840 and R=512 at V=128256 (fused B2048 w4 p16),
+# R=2048 at V>32000 (fused B2048 w4 p6).
 VERIFY_DISPATCH: tuple[tuple[int | None, int | None, str, tuple[int, int, int]], ...] = (
+    (4, 32000, "fused", (2048, 4, 6)),
+    (8, 32000, "fused", (1024, 1, 16)),
     (8, None, "fused", (2048, 4, 16)),
-    (64, None, "fused", (2048, 4, 6)),
-    (256, 32000, "fused", (2048, 4, 6)),
-    (512, 32000, "argmax", (2048, 4, 6)),
-    (512, None, "fused", (2048, 4, 16)),
+    (64, 128256, "fused", (2048, 4, 6)),
+    (64, None, "fused", (1024, 1, 16)),
+    (256, 128256, "rowwise", (4096, 8, 0)),
+    (256, None, "fused", (2048, 4, 16)),
+    (512, 32000, "rowwise", (4096, 8, 0)),
+    (512, 128256, "fused", (2048, 4, 16)),
+    (512, None, "rowwise", (4096, 8, 0)),
     (None, None, "fused", (2048, 4, 6)),
 )
-# path "rowwise": one program per row (`_verify_rowwise_kernel`: whole-row argmax, plain store, the
-#   last row of each request walks it), with (BLOCK, num_warps, unused). Not measured yet: a
-#   candidate for V = 32000 at R >= 64, where the split-V hand-off costs what torch.argmax saves.
 # num_warps of `_walk_kernel` by NP (next power of two of N): [NP, NP] gathers in registers.
 WALK_WARPS = {8: 1, 16: 1, 32: 2, 64: 4}
 

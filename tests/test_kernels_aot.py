@@ -34,25 +34,25 @@ for dt in ("bf16", "fp32"):
                 n_groups="i32", part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
                 smax_ptr="*fp32", n_sg="i32"),
                 dict(BLOCK=4096, GROUP_SIZE=32, WRITE_SMAX=smax), 4))
-        # the measured merge (8 warps over V/32 group maxima) and the 1-warp merge over pass 1's
-        # super-group maxima, with K extractions or tl.topk
-        merges = [(False, False, 8), (True, False, 1)] + ([(True, True, 1)] if D.HAS_TL_TOPK else [])
-        for smax, topk, warps in merges:
+        # the 8-warp merge over V/32 group maxima and the 1-warp merge over pass 1's super-group
+        # maxima (TOPK_CONFIG's two-launch rows)
+        for smax, warps in ((False, 8), (True, 1)):
             SPECS.append((D._draft_topk_merge_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", n_groups="i32",
                 part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
                 hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64", smax_ptr="*fp32", n_sg="i32"),
-                dict(K=K, KP=KP, NSP=64, SGP=256, GROUP_SIZE=32, HAS_HOT=True, READ_SMAX=smax, USE_TOPK=topk), warps))
-        for topk in (False, True) if D.HAS_TL_TOPK else (False,):
-            SPECS.append((D._draft_topk_fused_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32",
-                n_groups="i32", part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
-                ticket_ptr="*i32", hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64", smax_ptr="*fp32", n_sg="i32"),
-                dict(BLOCK=4096, GROUP_SIZE=32, K=K, KP=KP, NSP=8, SGP=256, HAS_HOT=True, SMAX=True, USE_TOPK=topk), 4))
-    SPECS.append((V._verify_tree_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", nsplit="i32",
-        cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", key_ptr="*i64", ticket_ptr="*i32",
-        predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",
-        hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
-        dict(N=8, NP=8, W=5, WP=8, BLOCK=2048, HAS_COUNTERS=True), 4))
-    for warps, block in ((1, 1024), (4, 4096), (8, 8192)):
+                dict(K=K, KP=KP, NSP=64, SGP=256, GROUP_SIZE=32, HAS_HOT=True, READ_SMAX=smax), warps))
+        SPECS.append((D._draft_topk_fused_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32",
+            n_groups="i32", part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
+            ticket_ptr="*i32", hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64", smax_ptr="*fp32", n_sg="i32"),
+            dict(BLOCK=4096, GROUP_SIZE=32, K=K, KP=KP, NSP=8, SGP=256, HAS_HOT=True, SMAX=True), 4))
+    # VERIFY_DISPATCH's configs: split-V B2048 w4 and B1024 w1, row-wise B4096 w8 (and B1024 w1)
+    for warps, block in ((4, 2048), (1, 1024)):
+        SPECS.append((V._verify_tree_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", nsplit="i32",
+            cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", key_ptr="*i64", ticket_ptr="*i32",
+            predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",
+            hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
+            dict(N=8, NP=8, W=5, WP=8, BLOCK=block, HAS_COUNTERS=True), warps))
+    for warps, block in ((1, 1024), (8, 4096)):
         SPECS.append((V._verify_rowwise_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32",
             cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", ticket_ptr="*i32",
             predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",

@@ -55,6 +55,23 @@ def target_logits(tree, vocab, agree, seed, dtype=torch.float32):
     return logits
 
 
+# The verify designs `bench_kernels.py --variants` times (VERIFY_DISPATCH picks among them): each
+# must give the reference's answer. num_warps changes the compiled layouts (GPU runs), not the
+# interpreter's semantics.
+PATH_VARIANTS = {
+    "fused": dict(path="fused", num_warps=4),       # split-V
+    "fused-w1": dict(path="fused", num_warps=1),
+    "fused-w2": dict(path="fused", num_warps=2),
+    "rowwise": dict(path="rowwise", num_warps=8),   # one program per row
+    "argmax+walk": dict(path="argmax"),
+}
+
+
+@pytest.fixture(params=list(PATH_VARIANTS))
+def variant(request):
+    return PATH_VARIANTS[request.param]
+
+
 def _run_both(tri, logits, tree, steps, **kw):
     args = (logits, tree.draft_token, tree.retrive_index, tree.retrive_next_token, tree.retrive_next_sibling, steps + 1)
     c_ref, c_tri = AcceptCounters.zeros(steps), AcceptCounters.zeros(steps)
@@ -70,19 +87,19 @@ def _run_both(tri, logits, tree, steps, **kw):
     return ref
 
 
-@pytest.mark.parametrize("batch,k,steps,n,nsplit", [
-    (3, 1, 4, 5, 1),     # chain
-    (4, 3, 3, 8, 2),     # tree
-    (2, 4, 4, 12, 3),
-    (2, 8, 2, 16, 2),
+@pytest.mark.parametrize("batch,k,steps,n,nsplit,agree", [
+    (3, 1, 4, 5, 1, 1.0),     # chain, all accepted
+    (3, 1, 4, 5, 1, 0.7),
+    (4, 3, 3, 8, 2, 0.0),     # tree, none accepted
+    (4, 3, 3, 8, 2, 0.7),
+    (2, 4, 4, 12, 3, 1.0),
+    (2, 8, 2, 16, 2, 0.7),
 ])
-@pytest.mark.parametrize("agree", [0.0, 0.7, 1.0])
-@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
-def test_random_trees(tri, batch, k, steps, n, nsplit, agree, path):
+def test_random_trees(tri, batch, k, steps, n, nsplit, agree, variant):
     vocab = 1300  # not a multiple of the block
     tree = random_tree(batch, k, steps, n, vocab, seed=batch * 100 + k)
     logits = target_logits(tree, vocab, agree, seed=n)
-    ref = _run_both(tri, logits, tree, steps, block=256, nsplit=nsplit, path=path)
+    ref = _run_both(tri, logits, tree, steps, block=256, nsplit=nsplit, **variant)
     for b in range(batch):
         length = int(ref.accept_length[b])
         last = int(ref.accept_index[b, length]) - b * n
@@ -135,20 +152,24 @@ def test_repeated_calls_reset_workspace(tri):
 
 
 def test_dispatch_rule_reads_the_table(tri):
-    """dispatch() is the first VERIFY_DISPATCH row whose bounds hold; fused_is_faster agrees."""
-    for rows in (1, 8, 40, 64, 65, 256, 2048):
-        for vocab in (500, 32000, 128256, 163840):
+    """dispatch() is the first VERIFY_DISPATCH row whose bounds hold; fused_is_faster agrees; every
+    row is a launchable config and every shape has a row."""
+    for rows in (1, 4, 5, 8, 40, 64, 65, 256, 300, 512, 513, 2048):
+        for vocab in (500, 32000, 32001, 128256, 163840):
             want = next(r for r in tri.VERIFY_DISPATCH
                         if (r[0] is None or rows <= r[0]) and (r[1] is None or vocab <= r[1]))
             assert tri.dispatch(rows, vocab) == (want[2], want[3])
             assert tri.fused_is_faster(rows, vocab) == (want[2] != "argmax")
-    assert {r[2] for r in tri.VERIFY_DISPATCH} <= set(tri.PATHS)
+    for max_rows, max_vocab, path, (block, warps, pps) in tri.VERIFY_DISPATCH:
+        assert path in tri.PATHS and block in (1024, 2048, 4096, 8192) and warps in (1, 2, 4, 8)
+        assert pps >= 1 if path == "fused" else pps == 0  # programs per SM: the split-V kernel only
+    assert tri.VERIFY_DISPATCH[-1][:2] == (None, None)
 
 
-@pytest.mark.parametrize("batch,n", [(5, 8), (9, 8), (3, 32)])
+@pytest.mark.parametrize("batch,n", [(1, 4), (1, 8), (5, 8), (9, 8), (3, 32)])
 def test_default_dispatch_both_branches(tri, batch, n):
-    """The default entry point (no `fused`), at shapes on both sides of the rule (40, 72, 96 rows),
-    gives the reference's answer."""
+    """The default entry point (no `path`), at shapes that pick different rows (4, 8, 40 rows: split-V
+    with 4, 1, 4 warps; 72, 96 rows: row-wise), gives the reference's answer."""
     steps, k = (n - 1, 1) if n <= 8 else (4, 4)
     tree = random_tree(batch, k, steps, n, 500, seed=batch * 7 + n)
     logits = target_logits(tree, 500, 0.8, seed=batch)
@@ -157,17 +178,16 @@ def test_default_dispatch_both_branches(tri, batch, n):
     assert path in tri.PATHS and ref.accept_length.sum() > 0
 
 
-@pytest.mark.parametrize("batch,k,steps,n", [
-    (3, 2, 5, 19),    # NP = 32
-    (2, 4, 5, 40),    # NP = 64: six pointer-jumping rounds
-    (4, 8, 1, 9),     # one level of 8 siblings
+@pytest.mark.parametrize("batch,k,steps,n,agree", [
+    (3, 2, 5, 19, 0.5),    # NP = 32
+    (2, 4, 5, 40, 1.0),    # NP = 64: six pointer-jumping rounds
+    (2, 4, 5, 40, 0.5),
+    (4, 8, 1, 9, 0.0),     # one level of 8 siblings
 ])
-@pytest.mark.parametrize("agree", [0.0, 0.5, 1.0])
-@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
-def test_parallel_walk_larger_trees(tri, batch, k, steps, n, agree, path):
+def test_parallel_walk_larger_trees(tri, batch, k, steps, n, agree, variant):
     tree = random_tree(batch, k, steps, n, 700, seed=n * 13 + k)
     logits = target_logits(tree, 700, agree, seed=steps + n)
-    _run_both(tri, logits, tree, steps, block=256, path=path)
+    _run_both(tri, logits, tree, steps, block=256, **variant)
 
 
 def _hand_tree():
@@ -181,8 +201,7 @@ def _hand_tree():
     return cand, ridx, nxt, sib
 
 
-@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
-def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, path):
+def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, variant):
     cand, ridx, nxt, sib = _hand_tree()
     vocab = 40
 
@@ -204,7 +223,7 @@ def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, path):
         args = (logits, cand, ridx, nxt, sib, steps + 1)
         c_ref, c_tri = AcceptCounters.zeros(steps), AcceptCounters.zeros(steps)
         ref = verify_tree_reference(*args, c_ref)
-        out = tri.verify_tree_triton(*args, c_tri, path=path, block=128)
+        out = tri.verify_tree_triton(*args, c_tri, block=128, **variant)
         for f in FIELDS:
             assert torch.equal(getattr(ref, f), getattr(out, f)), (targets, steps, f, getattr(ref, f), getattr(out, f))
         pos = ref.accept_index[ref.accept_index >= 0].long()
@@ -218,21 +237,20 @@ def test_hand_tree_sibling_order_duplicates_and_depth_cap(tri, path):
     assert ref.accept_index.tolist() == [[0, 3, 4]] and ref.accept_length.tolist() == [2]
 
 
-@pytest.mark.parametrize("path", ["fused", "rowwise", "argmax"], ids=["fused", "rowwise", "argmax+walk"])
-def test_ties_neg_inf_all_and_none_accept_both_paths(tri, path):
-    """Ties and -inf rows on both paths; all-accept and none-accept chains."""
+def test_ties_neg_inf_all_and_none_accept_every_path(tri, variant):
+    """Ties and -inf rows on every path; all-accept and none-accept chains."""
     vocab, steps = 600, 4
     tree = random_tree(3, 1, steps, steps + 1, vocab, seed=31)
     logits = torch.full((15, vocab), float("-inf"))
     logits[:, 7::5] = 0.5                       # argmax a many-way tie: lowest index 7
-    ref = _run_both(tri, logits, tree, steps, path=path, block=128, nsplit=2)
+    ref = _run_both(tri, logits, tree, steps, block=128, nsplit=2, **variant)
     assert ref.target_predict.eq(7).all()
-    ref = _run_both(tri, target_logits(tree, vocab, 1.0, seed=2), tree, steps, path=path)
+    ref = _run_both(tri, target_logits(tree, vocab, 1.0, seed=2), tree, steps, **variant)
     assert ref.accept_length.tolist() == [steps] * 3
     none = torch.randn(15, vocab)
     none[:, vocab - 1] = 99.0
     assert not (tree.draft_token[:, 1:] == vocab - 1).any()
-    ref = _run_both(tri, none, tree, steps, path=path)
+    ref = _run_both(tri, none, tree, steps, **variant)
     assert ref.accept_length.tolist() == [0] * 3
 
 

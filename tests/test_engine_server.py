@@ -147,12 +147,14 @@ def test_health_is_503_until_warmed_up_then_200(server):
 
 def test_startup_lines_and_every_line_prefixed(server):
     log = server.log()
-    args_line = next(l for l in log.splitlines() if "server_args=ServerArgs(" in l)
-    for part in ("tp_size=1", "dp_size=1", f"decode_log_interval={INTERVAL}",
-                 "speculative_algorithm='EAGLE3'", f"speculative_num_steps={STEPS}",
-                 "speculative_eagle_topk=1", f"speculative_num_draft_tokens={STEPS + 1}",
-                 "max_running_requests=48", "mem_fraction_static=0.8"):
+    # SGLang 0.5.23's startup line: the dict form (server_args.resolved_dict())
+    args_line = next(l for l in log.splitlines() if "server_args={" in l)
+    for part in ("'tp_size': 1", "'dp_size': 1", f"'decode_log_interval': {INTERVAL}",
+                 "'speculative_algorithm': 'EAGLE3'", f"'speculative_num_steps': {STEPS}",
+                 "'speculative_eagle_topk': 1", f"'speculative_num_draft_tokens': {STEPS + 1}",
+                 "'max_running_requests': 48", "'mem_fraction_static': 0.8"):
         assert part in args_line
+    assert server.json("GET", "/get_server_info")["version"] == "0.5.23"
     assert "type=LlamaForCausalLMEagle3" in log and "Load weight end. elapsed=" in log
     assert "Ignoring --mem-fraction-static=0.8" in log
     for line in log.splitlines():
@@ -437,7 +439,7 @@ def test_dp2_tp2_lines_are_rank_tagged_and_sigterm_exits_zero(tmp_path):
         assert re.search(rf"^\[[\d-]+ [\d:]+\.\d{{3}} {rank}\] Decode batch, ", log, re.M), rank
         assert re.search(rf"^\[[\d-]+ [\d:]+\.\d{{3}} {rank}\] Prefill batch, ", log, re.M), rank
     assert "accept len" not in log  # no speculation: no accept fields
-    assert re.search(r"^\[[^\]]*\d\] server_args=ServerArgs\(", log, re.M)  # main process: no tag
+    assert re.search(r"^\[[^\]]*\d\] server_args=\{", log, re.M)  # main process: no tag
 
 
 # ------------------------------------------------------------------ the engine stays up

@@ -33,7 +33,8 @@ Differences between the engines that the export cannot remove (stated so a diver
   near-ties.
 - aux id -1 (`draft-eagle3-shifted`): sglang 0.5.12 llama.py captures `hidden_states + residual`
   and `residual` is None before layer 0, so serving ids [-1, ...] on a Llama target fails in SGLang
-  (TypeError) where the built-in engine serves the embedding output. `draft-eagle3-minus1` is a
+  (TypeError; measured on the H200, 2026-12-02) where the built-in engine, like SGLang 0.5.23,
+  serves the embedding output. `draft-eagle3-minus1` is a
   misconfiguration that SGLang can run.
 - bos/eos: none (byte vocab). The configs say `bos_token_id`/`eos_token_id` null so that SGLang does
   not stop at byte 2 (HF Llama's default eos id); the built-in engine has no EOS either.

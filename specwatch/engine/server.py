@@ -29,9 +29,13 @@ from specwatch.engine import sglang_log, tokenizer
 from specwatch.engine.handler import HTTPServer, Handler
 from specwatch.engine.http_api import BadRequest, Call, Sampling
 
-# Every line matches SGLang 0.5.11-0.5.23; 0.5.18 is the last version whose startup line is
-# the `server_args=ServerArgs(...)` repr, so it is the one version all of our output matches.
-SGLANG_VERSION = "0.5.18"
+# The engine is SGLang 0.5.23 throughout: its CLI (sglang_flags.json, generated from 0.5.23's
+# parser), its startup line (`server_args={...}`, the dict form of 0.5.19+), its log lines (those
+# match 0.5.11-0.5.23) and its aux capture: id -1 on a Llama target feeds the draft the embedding
+# output, as 0.5.23's residual stream does. 0.5.12-0.5.20 (0.5.12 measured on an H200, 0.5.18 and
+# 0.5.20 read) raise TypeError there instead (`hidden_states + residual` with residual None before
+# layer 0), so claiming any of those versions would make the stand-in more lenient than SGLang.
+SGLANG_VERSION = "0.5.23"
 WARMUP_PROMPT = "The capital city of France is"
 
 
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         main_log.warning(w)
     device = a.device or "cpu"  # SGLang would pick cuda; the built-in engine defaults to cpu
     a.device = device
-    main_log.info(f"server_args={a!r}")
+    main_log.info(f"server_args={a.to_dict()!r}")   # 0.5.23: server_args.resolved_dict()
 
     from specwatch.engine.scheduler import Scheduler
 

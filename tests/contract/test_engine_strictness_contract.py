@@ -69,6 +69,19 @@ def test_committed_flag_table_is_the_installed_parsers():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_the_engine_claims_the_version_it_is_checked_against():
+    """The built-in engine says it is the SGLang these contracts run under (its /server_info
+    version, its flag table's source): the version whose aux capture it implements (id -1 on a
+    Llama target = the embedding output; 0.5.12-0.5.20 raise TypeError there)."""
+    import json
+
+    import sglang
+
+    from specwatch.engine.server import SGLANG_VERSION
+    table = json.loads((ROOT / "specwatch" / "engine" / "sglang_flags.json").read_text())
+    assert SGLANG_VERSION == table["sglang_version"] == sglang.__version__
+
+
 def _value(a: argparse.Action) -> list[str]:
     if a.nargs == 0:
         return []

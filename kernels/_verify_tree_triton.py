@@ -25,6 +25,25 @@ IDX_FLIP = tl.constexpr(2147483647)
 
 
 @triton.jit
+def _first_argmax(row_ptr, start, end, BLOCK: tl.constexpr):
+    """(value, index) of the first maximum of row[start:end]: a lane-wise running argmax (a lane
+    sees increasing offsets, so '>' keeps its first maximum), then one cross-warp reduction: the
+    largest value, and the lowest index holding it (+0.0 == -0.0, as in torch.argmax)."""
+    offs0 = tl.arange(0, BLOCK)
+    lane_v = tl.full([BLOCK], float("-inf"), tl.float32)
+    lane_i = tl.zeros([BLOCK], tl.int32) + 2147483647
+    for tile_start in range(start, end, BLOCK):
+        offs = tile_start + offs0
+        x = tl.load(row_ptr + offs, mask=offs < end, other=NEG_INF).to(tl.float32)
+        upd = (x > lane_v) | ((lane_i == 2147483647) & (offs < end))
+        lane_v = tl.where(upd, x, lane_v)
+        lane_i = tl.where(upd, offs, lane_i)
+    best_v = tl.max(lane_v, axis=0)
+    best_i = tl.min(tl.where(lane_v == best_v, lane_i, 2147483647), axis=0)
+    return best_v, best_i
+
+
+@triton.jit
 def _verify_tree_kernel(
     logits_ptr, stride_row, vocab, chunk, nsplit,
     cand_ptr, ridx_ptr, next_ptr, sib_ptr,
@@ -39,19 +58,7 @@ def _verify_tree_kernel(
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     start = split * chunk
     end = tl.minimum(start + chunk, vocab)
-    offs0 = tl.arange(0, BLOCK)
-    # Lane-wise running argmax (a lane sees increasing offsets, so '>' keeps its first maximum);
-    # one cross-warp reduction at the end instead of two per tile.
-    lane_v = tl.full([BLOCK], float("-inf"), tl.float32)
-    lane_i = tl.zeros([BLOCK], tl.int32) + 2147483647
-    for tile_start in range(start, end, BLOCK):
-        offs = tile_start + offs0
-        x = tl.load(row_ptr + offs, mask=offs < end, other=NEG_INF).to(tl.float32)
-        upd = (x > lane_v) | ((lane_i == 2147483647) & (offs < end))
-        lane_v = tl.where(upd, x, lane_v)
-        lane_i = tl.where(upd, offs, lane_i)
-    best_v = tl.max(lane_v, axis=0)
-    best_i = tl.min(tl.where(lane_v == best_v, lane_i, 2147483647), axis=0)
+    best_v, best_i = _first_argmax(row_ptr, start, end, BLOCK)
     # -0.0 + 0.0 == +0.0, so both zeros get one key (argmax treats them as equal)
     bits = (best_v + 0.0).to(tl.int32, bitcast=True)
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
@@ -86,18 +93,7 @@ def _verify_rowwise_kernel(
     that arrives last on its request's ticket reads the request's N argmaxes from L2 and walks."""
     row = tl.program_id(0)
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
-    offs0 = tl.arange(0, BLOCK)
-    lane_v = tl.full([BLOCK], float("-inf"), tl.float32)
-    lane_i = tl.zeros([BLOCK], tl.int32) + 2147483647
-    for tile_start in range(0, vocab, BLOCK):
-        offs = tile_start + offs0
-        x = tl.load(row_ptr + offs, mask=offs < vocab, other=NEG_INF).to(tl.float32)
-        upd = (x > lane_v) | ((lane_i == 2147483647) & (offs < vocab))
-        lane_v = tl.where(upd, x, lane_v)
-        lane_i = tl.where(upd, offs, lane_i)
-    # first maximum: the largest value, then the lowest index holding it (+0.0 == -0.0 as in argmax)
-    best_v = tl.max(lane_v, axis=0)
-    best_i = tl.min(tl.where(lane_v == best_v, lane_i, 2147483647), axis=0)
+    best_v, best_i = _first_argmax(row_ptr, 0, vocab, BLOCK)
     tl.store(tp_ptr + row, best_i.to(tl.int64))
     tl.debug_barrier()
     b = row // N

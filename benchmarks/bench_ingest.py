@@ -112,28 +112,36 @@ print(con.execute("SELECT (SELECT count(*) FROM decode) + (SELECT count(*) FROM 
 
 
 # The store's own floor: specwatch's typed rows (read back from the specwatch database, untimed)
-# inserted into a fresh DuckDB file in the chunks a bulk ingest commits, then committed and closed.
-# No reading, no parsing, no run sums: what storing these rows costs DuckDB on this machine.
+# inserted into a fresh DuckDB file the way a bulk ingest commits them (two row groups of decode
+# windows per chunk with the prefill windows of the same lines, the writer's settings, inserts in
+# any physical order), then committed and closed. No reading, no parsing, no run sums: what
+# storing these rows costs DuckDB on this machine.
 STORE_FLOOR = """
 import sys, time, duckdb
-from specwatch import schema, ingest
+from specwatch import schema, ingest, store
 src, db = sys.argv[1], sys.argv[2]
 with duckdb.connect(src, read_only=True) as c:
-    tables = {t: c.sql(f"SELECT * FROM {t} ORDER BY byte_offset").to_arrow_table()
-              for t in ("decode_windows", "prefill_windows")}
-size = sum(t.nbytes for t in tables.values())
-n = sum(t.num_rows for t in tables.values())
-step = max(1, int(n * ingest.BULK_CHUNK_BYTES / max(1, size)))   # rows per bulk chunk, roughly
+    dec, pre = (c.sql(f"SELECT * FROM {t} ORDER BY byte_offset").to_arrow_table()
+                for t in ("decode_windows", "prefill_windows"))
+n = dec.num_rows + pre.num_rows
+step = 2 * ingest.ROW_GROUP_ROWS
+cuts = [dec["byte_offset"][i].as_py() for i in range(step, dec.num_rows, step)]
+offs = pre["byte_offset"].to_numpy()
 t0 = time.perf_counter()
-con = duckdb.connect(db)
-for t in tables:
+con = duckdb.connect(db, config=store.WRITER_CONFIG)
+con.execute("SET preserve_insertion_order = false")
+for t in ("decode_windows", "prefill_windows"):
     con.execute(schema.ddl(t))
-for name, tbl in tables.items():
-    for i in range(0, tbl.num_rows, step):
-        part = tbl.slice(i, step)
-        con.execute("BEGIN")
-        con.execute(f"INSERT INTO {name} SELECT * FROM part")
-        con.execute("COMMIT")
+lo = 0
+for k, i in enumerate(range(0, dec.num_rows, step)):
+    d = dec.slice(i, step)
+    hi = int(offs.searchsorted(cuts[k])) if k < len(cuts) else len(offs)
+    p = pre.slice(lo, hi - lo)
+    lo = hi
+    con.execute("BEGIN")
+    con.execute("INSERT INTO decode_windows SELECT * FROM d")
+    con.execute("INSERT INTO prefill_windows SELECT * FROM p")
+    con.execute("COMMIT")
 con.close()
 print(f"{time.perf_counter() - t0:.4f} {n}")
 """

@@ -8,6 +8,7 @@ assumes, `available()` is False and ingest uses `parse` for everything.
 """
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 
@@ -106,6 +107,27 @@ class ScanResult:
     first_binary: int
     n_binary: int
     lines: int = 0                    # complete lines scanned
+    buffers: "Buffers | None" = None  # what the columns are views of
+
+
+class _Arena:
+    """Anonymous memory for the scanner's output buffers, in small pages. Their capacity is the
+    worst case (every line a row), so most of it is never touched; numpy would ask for huge
+    pages for arrays this large, and then every column touched clears 2 MB at its first row
+    (perf: 12% of a bulk ingest's CPU was the kernel zeroing such pages). Freed (unmapped) when
+    the last array carved from it is gone."""
+
+    def __init__(self, shapes: list[tuple[tuple[int, ...], type]]):
+        sizes = [(int(np.prod(shape)) * np.dtype(dt).itemsize + 63) // 64 * 64
+                 for shape, dt in shapes]
+        self.mem = mmap.mmap(-1, max(1, sum(sizes)))
+        if hasattr(self.mem, "madvise") and hasattr(mmap, "MADV_NOHUGEPAGE"):
+            self.mem.madvise(mmap.MADV_NOHUGEPAGE)
+        self.arrays, at = [], 0
+        for (shape, dt), size in zip(shapes, sizes):
+            n = int(np.prod(shape))
+            self.arrays.append(np.frombuffer(self.mem, dt, count=n, offset=at).reshape(shape))
+            at += size
 
 
 class _Kind:
@@ -113,12 +135,10 @@ class _Kind:
 
     def __init__(self, spec: dict, cap: int, nbytes: int):
         self.spec = spec
-        self.i64 = np.empty((len(spec["i64"]), cap), np.int64)
-        self.i32 = np.empty((len(spec["i32"]), cap), np.int32)
-        self.f64 = np.empty((len(spec["f64"]), cap), np.float64)
-        self.i8 = np.empty((2, cap), np.int8)
-        self.soff = np.empty((3, cap + 1), np.int32)
-        self.sdata = [np.empty(nbytes + 64, np.uint8) for _ in range(3)]
+        arena = _Arena([((len(spec["i64"]), cap), np.int64), ((len(spec["i32"]), cap), np.int32),
+                        ((len(spec["f64"]), cap), np.float64), ((2, cap), np.int8),
+                        ((3, cap + 1), np.int32)] + [((nbytes + 64,), np.uint8)] * 3)
+        self.i64, self.i32, self.f64, self.i8, self.soff, *self.sdata = arena.arrays
 
     def buffers(self) -> tuple:
         return (self.i64, self.i32, self.f64, self.i8, self.soff, *self.sdata)
@@ -159,23 +179,30 @@ def _fixed(typ: pa.DataType, values: np.ndarray, null: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(values)])
 
 
-def _scan_one(data, base_offset: int, base_line: int) -> ScanResult:
+class Buffers:
+    """The scanner's output buffers for chunks of up to `size` bytes. A bulk ingest gives a set
+    back once the rows it holds are stored (`scan(..., buffers=)`): pages already mapped are
+    written again instead of fresh ones faulted and zeroed for every chunk. The arrays of a
+    ScanResult are views of its set: a set may only be reused when they are no longer needed."""
+
+    def __init__(self, size: int):
+        self.size = size
+        cap = size // MIN_ROW_BYTES + 16
+        self.dec = _Kind(_KINDS["decode"], cap, size)
+        self.pre = _Kind(_KINDS["prefill"], cap, size)
+        # a line handed back carries an anchor (>= 6 bytes) and its newline
+        self.sl = _Arena([((size // 7 + 1, 2), np.int64)]).arrays[0]
+
+
+def scan(data, base_offset: int, base_line: int, buffers: Buffers | None = None) -> ScanResult:
     """Scan `data` (complete lines, ending with a newline) starting at file offset `base_offset`,
-    after `base_line` lines."""
-    cap = len(data) // MIN_ROW_BYTES + 16
-    dec = _Kind(_KINDS["decode"], cap, len(data))
-    pre = _Kind(_KINDS["prefill"], cap, len(data))
-    # a line handed back carries an anchor (>= 6 bytes) and its newline; pages never written
-    # are never touched, so this bound costs address space, not memory
-    sl = np.empty((len(data) // 7 + 1, 2), dtype=np.int64)
+    after `base_line` lines, into `buffers` (new ones when None or too small; the set used is
+    `ScanResult.buffers`). The C scanner releases the GIL: ingest scans the next chunk on a
+    thread while the previous one is inserted."""
+    if buffers is None or buffers.size < len(data):
+        buffers = Buffers(len(data))
+    dec, pre, sl = buffers.dec, buffers.pre, buffers.sl
     nd, npf, ns, fbad, nbad, fbin, nbin, dlens, plens, nlines = _fastscan.scan(
         data, base_offset, base_line, dec.buffers(), pre.buffers(), sl)
     return ScanResult(dec.columns(nd, dlens), pre.columns(npf, plens), sl[:ns].copy(),
-                      fbad, nbad, fbin, nbin, nlines)
-
-
-def scan(data, base_offset: int, base_line: int) -> ScanResult:
-    """Scan `data` (complete lines, ending with a newline) starting at file offset `base_offset`,
-    after `base_line` lines. The C scanner releases the GIL: ingest scans the next chunk on a
-    thread while the previous one is inserted."""
-    return _scan_one(data, base_offset, base_line)
+                      fbad, nbad, fbin, nbin, nlines, buffers)

@@ -11,9 +11,7 @@ Not for: following files as they grow (see `tail`), or knowing any line format (
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,7 +20,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from specwatch import schema, store
+from specwatch import bulk, schema, store
 from specwatch.identity import (FP_LEN, _fingerprint, _matching_sources, find_source,  # noqa: F401
                                 stored_source)
 from specwatch.logfile import IngestError, compression, open_log  # noqa: F401
@@ -35,6 +33,14 @@ BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: scanned while the previous chun
 # message back to back; a tail poll lands between them now and then).
 HOLD_QUIET_S = 1.0
 BULK_HOLD_S = 2.0          # one-shot ingest keeps its writer across chunks for up to this long
+# DuckDB's row group size (rows). A chunk that inserts a part of a row group leaves a partial row
+# group behind, which the next checkpoint re-packs: decompressing and compressing again most of
+# what the chunks wrote (2M-line log, 64 MB chunks: a 0.6-1.3 s close, and a 48 MB file where
+# whole row groups give 26 MB). So a chunk with more decode windows than this stores a multiple
+# of it and the rest is read again with the next chunk (rows.parse_chunk `align`), and the next
+# read is sized to end just past such a multiple.
+ROW_GROUP_ROWS = 122880
+_PREFETCH_ID = "(prefetch)"   # rows of a prefetched chunk until the source is identified
 # What a batch insert raises when a value in it cannot be stored (not: locks, disk, checkpoints).
 _DATA_ERRORS = (pa.ArrowException, duckdb.DataError, duckdb.IntegrityError,
                 duckdb.InvalidInputException, ValueError, TypeError, OverflowError)
@@ -86,37 +92,6 @@ class _Stat:
         self.st_size = size
 
 
-class _WriterHold:
-    """One writer connection kept across the chunks of a bulk drain, given back after `max_s`
-    (so readers and `tail` wait at most that long) and at the end. Opening a writer per chunk
-    costs a lock, a schema check and a checkpoint each time."""
-
-    def __init__(self, db: str, max_s: float):
-        self.db, self.max_s = db, max_s
-        self._cm = None
-        self._con = None
-        self._since = 0.0
-
-    @contextlib.contextmanager
-    def writer(self):
-        if self._con is not None and time.monotonic() - self._since > self.max_s:
-            self.release()
-        if self._con is None:
-            self._cm = store.writer(self.db)
-            self._con = self._cm.__enter__()
-            self._since = time.monotonic()
-        try:
-            yield self._con
-        except BaseException:
-            self.release(*sys.exc_info())
-            raise
-
-    def release(self, *exc) -> None:
-        cm, self._cm, self._con = self._cm, None, None
-        if cm is not None:
-            cm.__exit__(*(exc or (None, None, None)))
-
-
 class FileIngestor:
     """Ingests one path, across rotations: remembers the open file and its source between calls.
 
@@ -134,7 +109,7 @@ class FileIngestor:
     def __init__(self, db: str | Path, path: str | Path, run_id: str | None = None,
                  chunk_bytes: int = CHUNK_BYTES, known_only: bool = False,
                  adopt_modified_after: float | None = None, overlap: bool = False,
-                 hold_at_eof: bool = False):
+                 hold_at_eof: bool = False, align_rows: int = ROW_GROUP_ROWS):
         self.db = str(db)
         self.path = os.path.abspath(path)
         self.run_id = run_id
@@ -143,6 +118,11 @@ class FileIngestor:
         self.adopt_modified_after = adopt_modified_after
         self.overlap = overlap
         self.hold_at_eof = hold_at_eof
+        self.align_rows = align_rows
+        self._row_bytes = 0.0   # bytes per decode window in the last aligned chunk
+        # a bulk ingest reuses the read and scan buffers of stored chunks (two are in flight)
+        self._bufs = bulk.Buffers(chunk_bytes, reuse=overlap)
+        self._prefetch = None   # (future of the first chunk, its thread, size then): `prefetch`
         # (offset, size, monotonic s) when a record was first held at the end of the file
         self._quiet_at: tuple[int, int, float] | None = None
         self._fh = None
@@ -152,9 +132,12 @@ class FileIngestor:
         self._attached: set[str] = set()
         self._tail_of: schema.Source | None = None   # the source _tail_bytes belongs to
         self._tail_bytes = b""
-        self._hold: _WriterHold | None = None
+        self._hold: bulk.WriterHold | None = None
 
     def close(self) -> None:
+        if self._prefetch is not None:   # not used: let its thread finish before the file closes
+            self._prefetch[1].shutdown(wait=True)
+            self._prefetch = None
         if self._fh is not None:
             self._fh.close()
             self._fh = None
@@ -175,6 +158,43 @@ class FileIngestor:
     def _fstat(self) -> _Stat:
         st = os.fstat(self._fh.fileno())
         return _Stat(st if not self._compressed else self._ident, st.st_size)
+
+    def prefetch(self) -> None:
+        """Open the file, and read and scan its first chunk on a thread while the caller sets up
+        (a one-shot ingest creates the run meanwhile) and `poll` identifies the source: `poll`
+        uses that chunk if the file is a new source (checkpoint at 0) that still starts with the
+        bytes read, else drops it. Its rows carry a placeholder source id until then."""
+        try:
+            self._fh = self._open()
+            end = self._fstat().st_size
+        except (OSError, IngestError):
+            self.close()   # poll opens it again and reports what is wrong
+            return
+        pool = ThreadPoolExecutor(1)
+        placeholder = schema.Source(source_id=_PREFETCH_ID, path=self.path)
+        # half a chunk: about one row group of decode windows, so that the first insert starts
+        # soon after the setup (the next chunk is scanned meanwhile)
+        self._prefetch = (pool.submit(self._read, placeholder, 0, 0, end, False,
+                                      self.chunk_bytes // 2), pool, end)
+
+    def _prefetched(self, src: schema.Source, end: int) -> _Chunk | None:
+        """The chunk `prefetch` read, when it is the start of `src` as the file is now."""
+        if self._prefetch is None:
+            return None
+        fut, pool, spec_end = self._prefetch
+        self._prefetch = None
+        try:
+            chunk = fut.result()
+        except Exception:  # noqa: BLE001 - the normal read meets (and reports) it again
+            return None
+        finally:
+            pool.shutdown(wait=True)
+        if (chunk is None or src.offset_bytes != 0 or src.lines_done != 0 or spec_end != end
+                or not self._same_head(src)
+                or _fingerprint(bytes(chunk.data[:src.fingerprint_len])) != src.fingerprint):
+            return None
+        chunk.batches.relabel(src.source_id)
+        return chunk
 
     def poll(self) -> IngestResult:
         """Ingest everything complete that is not stored yet. Returns what was done."""
@@ -206,8 +226,9 @@ class FileIngestor:
 
     def _identify(self) -> schema.Source | None:
         st = self._fstat()
-        self._fh.seek(0)
-        head = self._fh.read(FP_LEN)
+        # pread, not the file object's read: its buffer may hold bytes from before the file was
+        # rewritten in place (read when it was opened, e.g. by `prefetch`)
+        head = os.pread(self._fh.fileno(), FP_LEN, 0)
         if b"\n" not in head and len(head) < FP_LEN:
             return None  # nothing complete yet: do not register a source for it
         fd = self._fh.fileno()
@@ -234,13 +255,21 @@ class FileIngestor:
         n = len(self._tail_bytes)
         return os.pread(self._fh.fileno(), n, src.offset_bytes - n) == self._tail_bytes
 
-    def _read(self, src: schema.Source, offset: int, lines_done: int, end: int) -> _Chunk | None:
-        """The complete lines from `offset` (at most chunk_bytes unless one line is longer),
-        parsed; None when no complete line is there yet."""
+    def _read(self, src: schema.Source, offset: int, lines_done: int, end: int,
+              check_head: bool = True, want: int | None = None) -> _Chunk | None:
+        """The complete lines from `offset` (at most chunk_bytes, or `want`, unless one line is
+        longer), parsed; None when no complete line is there yet. `check_head`: False when `src`
+        is not identified yet (`prefetch`: checked when the chunk is used)."""
         fd = self._fh.fileno()
-        want = self.chunk_bytes
+        if want is None and self._row_bytes:   # end just past a multiple of align_rows windows
+            groups = max(1, int(self.chunk_bytes / (self._row_bytes * self.align_rows)))
+            want = int(groups * self.align_rows * self._row_bytes * 1.02) + 4096
+        want = want or self.chunk_bytes
         while True:
-            data = os.pread(fd, min(want, end - offset), offset)
+            data = self._bufs.read_buffer(min(want, end - offset))
+            got = os.preadv(fd, [data], offset)
+            if got < len(data):
+                del data[got:]
             cut = data.rfind(b"\n")
             if cut < 0:
                 if len(data) < want:
@@ -254,15 +283,15 @@ class FileIngestor:
                     parts.append(extra)
                     at += len(extra)
                     cut = extra.rfind(b"\n")
-                data = b"".join(parts)
+                data = bytearray(b"".join(parts))
                 cut = data.rfind(b"\n")
             # everything there is was read (what follows the last newline is a partial line):
             # reading more cannot show more, so a held record is at the end (else this loop spins)
             read_to_end = offset + len(data) >= end
-            data = data[:cut + 1]
+            del data[cut + 1:]   # in place (a bytearray; was a copy of the whole chunk)
             # Truncated and rewritten past our offset while we read (copy-truncate)? Then `data`
             # may be new bytes: store nothing, identify the file again next time.
-            if not self._same_head(src):
+            if check_head and not self._same_head(src):
                 return _Chunk(data, Batches(), IngestResult(self.path), offset, lines_done,
                               changed=True)
             at_eof = read_to_end
@@ -272,7 +301,10 @@ class FileIngestor:
             notes = IngestResult(self.path)
             batches = Batches()
             parse_chunk(data, src.source_id, self.path, offset, lines_done, batches, notes,
-                        final=final)
+                        final=final, align=0 if read_to_end else self.align_rows,
+                        buffers=self._bufs.scan_buffers())
+            if batches.aligned:
+                self._row_bytes = batches.consumed / batches.aligned
             if batches.consumed or final:
                 return _Chunk(data, batches, notes, offset, lines_done, size=batches.consumed)
             if at_eof:
@@ -282,6 +314,12 @@ class FileIngestor:
                     self._quiet_at = (offset, end, time.monotonic())
                 return None
             want = len(data) * 2   # a held record as long as the chunk: read on to see its end
+
+    def _reuse(self, chunk: _Chunk) -> None:
+        """`chunk` is stored (or dropped): a bulk ingest reads and scans into its buffers again."""
+        chunk.size = chunk.end - chunk.offset   # (computed from data until now)
+        self._bufs.give_back(chunk.data, chunk.batches.buffers)
+        chunk.data, chunk.batches = b"", Batches()   # its rows are views of those buffers
 
     def _drain(self) -> IngestResult:
         result = IngestResult(self.path)
@@ -312,16 +350,19 @@ class FileIngestor:
         if src.offset_bytes >= end:
             return result
         pool = ThreadPoolExecutor(1) if self.overlap else None
-        self._hold = _WriterHold(self.db, BULK_HOLD_S) if self.overlap else None
+        self._hold = bulk.WriterHold(self.db, BULK_HOLD_S) if self.overlap else None
         try:
-            nxt = self._read(src, src.offset_bytes, src.lines_done, end)
+            nxt = self._prefetched(src, end) or self._read(src, src.offset_bytes, src.lines_done,
+                                                           end)
             while nxt is not None:
                 chunk, ahead = nxt, None
                 if pool is not None and chunk.end < end:
                     # scan the next chunk while this one is inserted (DuckDB releases the GIL)
                     ahead = pool.submit(self._read, src, chunk.end,
                                         chunk.lines_done + chunk.batches.lines, end)
-                if not self._commit(src, chunk, result):
+                stored = self._commit(src, chunk, result)
+                self._reuse(chunk)
+                if not stored:
                     if ahead is not None:
                         ahead.cancel()
                     return result
@@ -446,9 +487,10 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
     for path, default_run in files:
         run_id = run or default_run
         try:
-            created = ensure_run(db, run_id)
             ing = FileIngestor(db, path, run_id, chunk_bytes=BULK_CHUNK_BYTES, overlap=True)
             try:
+                ing.prefetch()   # the first chunk is read and scanned while the run is set up
+                created = ensure_run(db, run_id)
                 res = ing.poll()
                 if ing._src is not None and ing._src.source_id not in ing._attached:
                     with store.writer(db) as con:  # a re-run still (re)attaches the source

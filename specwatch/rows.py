@@ -87,6 +87,8 @@ class Batches:
         self.arrow: dict[str, list] = {}
         self.lines = 0      # complete lines these rows come from
         self.consumed = 0   # bytes of the chunk they come from (less when a record is held)
+        self.aligned = 0    # decode windows kept when `parse_chunk(align=)` cut the chunk
+        self.buffers = None  # the fastscan.Buffers the Arrow rows are views of
 
     def all(self) -> dict[str, list]:
         """{table: [column lists and/or Arrow tables]} for store.insert."""
@@ -94,6 +96,17 @@ class Batches:
         for t, tbls in self.arrow.items():
             out.setdefault(t, []).extend(tbls)
         return out
+
+    def relabel(self, source_id: str) -> None:
+        """Every row's source_id becomes `source_id` (rows parsed before it was known)."""
+        for cols in self.tables.values():
+            cols["source_id"] = [source_id] * len(cols["source_id"])
+        for tbls in self.arrow.values():
+            for i, tbl in enumerate(tbls):
+                at = tbl.schema.get_field_index("source_id")
+                ids = pa.DictionaryArray.from_arrays(np.zeros(tbl.num_rows, np.int32),
+                                                     pa.array([source_id]))
+                tbls[i] = tbl.set_column(at, "source_id", ids)
 
     def add_arrow(self, table: str, tbl) -> None:
         self.arrow.setdefault(table, []).append(tbl)
@@ -259,7 +272,8 @@ def _add(batches: Batches, result, lgs, source_id: str, path: str) -> None:
 
 
 def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start_line: int,
-                batches: Batches, result, fast: bool | None = None, final: bool = True) -> None:
+                batches: Batches, result, fast: bool | None = None, final: bool = True,
+                align: int = 0, buffers=None) -> None:
     """Parse complete lines in `data` (which ends with a newline) into `batches`; counts rejected
     lines and adds warnings to `result`. Records hard-wrapped over several lines are joined
     (`reassemble`). A record still open at the end of `data` (it may go on in the next line) is
@@ -269,10 +283,19 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
     With the C accelerator (`fast`, default: when built), canonical SGLang decode/prefill lines
     that the next line cannot continue are extracted in bulk and every other anchored line (and
     whatever follows a held record) goes through `parse`; without it, `parse` sees every
-    anchored line. Both store identical rows (tests/test_fastscan.py, tests/test_fuzz.py)."""
+    anchored line. Both store identical rows (tests/test_fastscan.py, tests/test_fuzz.py).
+
+    `align` (fast path only; 0: off): keep only the rows before the decode window whose index is
+    the largest multiple of `align` (`consumed`/`lines` end there; the caller reads the rest again
+    with the next chunk), so that every chunk but a file's last inserts whole DuckDB row groups of
+    decode windows (see ingest.ROW_GROUP_ROWS). Not done when the chunk has fewer decode windows,
+    or warned (its warnings cannot be split). `buffers`: a `fastscan.Buffers` to scan into; the
+    set used is `batches.buffers` (its rows are views of it until stored)."""
     r = reassemble.Reassembler(safe_parse)
+    warned = len(result.warnings)
     if fast if fast is not None else fastscan.available():
-        sr = fastscan.scan(data, start_offset, start_line)
+        sr = fastscan.scan(data, start_offset, start_line, buffers)
+        batches.buffers = sr.buffers
         taken = [np.asarray(c["byte_offset"]) for c in (sr.decode, sr.prefill)]
         cursor, lines = 0, sr.lines
         for rel, line_no in sr.slow_lines.tolist():
@@ -315,17 +338,60 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
         else:
             line_no, offset = r.pending
             consumed, lines = offset - start_offset, line_no - 1 - start_line
+    if align and cols and len(result.warnings) == warned:
+        cut = _aligned_cut(cols["decode_windows"], batches.tables.get("decode_windows"),
+                           start_offset, start_offset + consumed, align)
+        if cut is not None:
+            offset, line_no, batches.aligned = cut
+            consumed, lines = offset - start_offset, line_no - 1 - start_line
+            result.rejected -= _drop_from(batches, offset)
     for table, c in cols.items():
         n = len(c["byte_offset"])
         offs = np.asarray(c["byte_offset"])
-        if n and offs[-1] >= start_offset + consumed:  # nothing from a held record on
-            keep = offs < start_offset + consumed
-            c = {k: v.filter(pa.array(keep)) for k, v in c.items()}
-            n = int(keep.sum())
+        if n and offs[-1] >= start_offset + consumed:  # nothing from a held record (or cut) on
+            n = int(np.searchsorted(offs, start_offset + consumed))   # the scanner's rows are
+            c = {k: v.slice(0, n) for k, v in c.items()}              # in byte order
         if n:
             batches.add_arrow(table, fast_table(table, c, n, source_id))
     batches.lines += lines
     batches.consumed = consumed
+
+
+def _aligned_cut(fast: dict[str, pa.Array], slow: dict[str, list] | None, start: int, end: int,
+                 align: int) -> tuple[int, int, int] | None:
+    """(byte offset, line number, index) of the decode window whose index among those in [start, end) is
+    the largest multiple of `align`; None when that is all of them or none. A stored row starts
+    a record of its own (no record spans it), so the rows before it are complete."""
+    offs = np.asarray(fast["byte_offset"])
+    nos = np.asarray(fast["line_no"])
+    if slow and slow["byte_offset"]:
+        s_offs = np.asarray(slow["byte_offset"], np.int64)
+        mine = s_offs >= start   # rows of this chunk (not of an earlier call into `batches`)
+        offs = np.concatenate([offs, s_offs[mine]])
+        nos = np.concatenate([nos, np.asarray(slow["line_no"], np.int64)[mine]])
+        order = np.argsort(offs, kind="stable")
+        offs, nos = offs[order], nos[order]
+    n = int(np.searchsorted(offs, end))
+    m = n // align * align
+    if m == 0 or m == n:
+        return None
+    return int(offs[m]), int(nos[m]), m
+
+
+def _drop_from(batches: Batches, offset: int) -> int:
+    """Drop the Python-path rows at byte offsets >= `offset`; returns how many were rejected_lines
+    rows (the caller's rejected count goes down by as many)."""
+    dropped = 0
+    for table, cols in batches.tables.items():
+        offs = cols["byte_offset"]
+        keep = [i for i, o in enumerate(offs) if o < offset]
+        if len(keep) == len(offs):
+            continue
+        if table == "rejected_lines":
+            dropped += len(offs) - len(keep)
+        for name, values in cols.items():
+            cols[name] = [values[i] for i in keep]
+    return dropped
 
 
 def _isolate(rows: list[dict], ok) -> tuple[list[dict], list[tuple[dict, str]]]:

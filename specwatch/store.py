@@ -393,13 +393,21 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
             # to every run holding it, this one included (was: after the rows, summing the first
             # chunk twice: 0.2 s at the first 64 MB chunk)
             attach_source(con, run_id, source.source_id)
-        n = windows = 0
+        n = 0
+        windows: list[pa.Table] = []
         for table, cols in batches.items():
-            k = insert(con, table, cols)
-            n += k
-            windows += k if table == "decode_windows" else 0
-        if windows:   # the runs holding this range get the new windows in their partial sums
-            summaries.fold_appended(con, source.source_id, expect_offset)
+            if table == "decode_windows":   # as Arrow once: inserted, then summed from these
+                cols = [c if isinstance(c, pa.Table) else arrow_table(table, c)
+                        for c in (cols if isinstance(cols, list) else [cols])]
+                windows = cols
+            n += insert(con, table, cols)
+        if sum(t.num_rows for t in windows):
+            # the runs holding this range get the new windows in their partial sums; from the
+            # rows just inserted (numpy), or by SQL over the stored windows (the definition)
+            if os.environ.get("SPECWATCH_SQL_FOLD") == "1":
+                summaries.fold_appended(con, source.source_id, expect_offset)
+            else:
+                summaries.fold_windows(con, source.source_id, expect_offset, windows)
         con.execute("COMMIT")
         return n
     except BaseException:

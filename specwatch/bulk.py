@@ -7,10 +7,31 @@ Used by `ingest.FileIngestor` when it overlaps scanning with inserting (`overlap
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import sys
 import time
 
 from specwatch import fastscan, store
+
+
+_KEEP_FREED = False
+
+
+def keep_freed_memory() -> None:
+    """glibc only, once per process: keep memory that is freed for the next allocations instead
+    of giving it back to the OS at once. A fold allocates and frees numpy temporaries of a few MB
+    per chunk, which glibc unmapped (or trimmed) and the next chunk faulted in and zeroed again:
+    2M-line ingest, 285K -> 177K page faults, 0.2-0.3 s, peak RSS unchanged. Elsewhere a no-op."""
+    global _KEEP_FREED
+    if _KEEP_FREED:
+        return
+    _KEEP_FREED = True
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)    # M_MMAP_THRESHOLD: blocks below 32 MB from the heap
+        libc.mallopt(-1, 512 << 20)   # M_TRIM_THRESHOLD: trim the heap top past 512 MB only
+    except (OSError, AttributeError):
+        pass
 
 
 class WriterHold:

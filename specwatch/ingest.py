@@ -484,6 +484,7 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
     no empty one (`IngestResult.unrecognised`)."""
     files, problems = expand_paths(paths)
     results = [IngestResult(p, warnings=[p]) for p in problems]
+    bulk.keep_freed_memory()
     for path, default_run in files:
         run_id = run or default_run
         try:

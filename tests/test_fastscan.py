@@ -36,13 +36,26 @@ def dump(db):
     return out
 
 
+def sums(db):
+    with store.reader(db) as con:
+        return con.execute("SELECT * FROM run_window_sums ORDER BY ALL").fetchall()
+
+
 def both(tmp_path, files, monkeypatch):
+    """Both paths' rows; the slow one is also folded by SQL (the definition of the sums), and
+    the run sums must agree (floats to 1e-12)."""
     fast, slow = tmp_path / "fast.duckdb", tmp_path / "slow.duckdb"
     ingest.ingest_paths(fast, [str(f) for f in files], run="r")
     monkeypatch.setenv("SPECWATCH_NO_FASTSCAN", "1")
+    monkeypatch.setenv("SPECWATCH_SQL_FOLD", "1")
     assert not fastscan.available()
     ingest.ingest_paths(slow, [str(f) for f in files], run="r")
     monkeypatch.delenv("SPECWATCH_NO_FASTSCAN")
+    monkeypatch.delenv("SPECWATCH_SQL_FOLD")
+    a, b = sums(fast), sums(slow)
+    assert a and len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x == pytest.approx(y, rel=1e-12), (x, y)
     return dump(fast), dump(slow)
 
 

@@ -136,9 +136,17 @@ def test_fuzzed_lines_store_identically_on_both_paths(tmp_path, monkeypatch):
     fast, slow = tmp_path / "fast.duckdb", tmp_path / "slow.duckdb"
     ingest.ingest_paths(fast, [str(log)], run="r")
     monkeypatch.setenv("SPECWATCH_NO_FASTSCAN", "1")
+    monkeypatch.setenv("SPECWATCH_SQL_FOLD", "1")   # the definitions: Python parse, SQL run sums
     ingest.ingest_paths(slow, [str(log)], run="r")
     monkeypatch.delenv("SPECWATCH_NO_FASTSCAN")
+    monkeypatch.delenv("SPECWATCH_SQL_FOLD")
     a, b = dump(fast), dump(slow)
+    # run sums: the C scan + numpy fold equal the Python parse + SQL fold
+    with store.reader(fast) as ca, store.reader(slow) as cb:
+        sa, sb = (c.execute("SELECT * FROM run_window_sums ORDER BY ALL").fetchall() for c in (ca, cb))
+    assert sa and len(sa) == len(sb)
+    for x, y in zip(sa, sb):
+        assert x == pytest.approx(y, rel=1e-12), (x, y)
 
     # the fuzz reaches both outcomes on the fast path: taken lines and lines handed back
     sr = fastscan.scan(log.read_bytes(), 0, 0)

@@ -796,7 +796,7 @@ def check_failed(ctx: _Ctx, row: dict) -> list[Finding]:
     nums = {"status": row.get("status"), "failure_reason": reason, "server_logs": logs or None}
     name = row.get("config_name") or row["run_name"]
     title, hint = f"config {name} failed: {reason or 'no cause recorded'}", failure_hint(reason)
-    crash = _capture_crash(ctx, row) if is_speculative(row) else None
+    crash = _capture_crash(ctx, row)   # the capture code runs only with EAGLE-3 / DFlash on
     if crash is not None:
         ids = _ids(row)
         bad, rule_name = _index0_ids(row, crash.module)
@@ -825,8 +825,10 @@ def check_failed(ctx: _Ctx, row: dict) -> list[Finding]:
                     f"the draft was trained with are in its training config; a list holding "
                     f"{bad} is often the trained one slid by one slot toward the embedding")
         else:
-            hint = (f"the served ids {ids} reach the capture code at {where}; check that they "
-                    f"name layers of this target and that the draft's hidden size matches it")
+            served = f"the served ids {ids}" if ids is not None else (
+                "the served ids (not recorded for this run: see the draft's config.json)")
+            hint = (f"{served} reach the capture code at {where}; check that they name layers "
+                    f"of this target and that the draft's hidden size matches it")
     return [Finding(row["run_id"], row["run_name"], "config_failed", "error", title,
                     Evidence(nums, refs), hint, row.get("config_offset"))]
 

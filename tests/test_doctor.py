@@ -637,3 +637,16 @@ def test_capture_death_without_a_same_weights_sibling_says_which_id_not_a_guess(
     (f,) = [f for f in doctor.diagnose(db)[0] if f.run == "eagle3-s3k1d4-shifted/c1"]
     assert "aux id -1 of [-1, 1, 3] maps to capture index 0" in f.title
     assert "no id in [-1]" in f.suggestion and "[1, 3, 5]" not in f.suggestion
+
+
+def test_capture_death_with_unrecorded_ids_says_so(db, tmp_path):
+    """An ingested log of a dead server (no sweep row with ids, draft not on this machine): the
+    capture frame is still named, and the hint says the ids are not known instead of guessing."""
+    dead = tmp_path / "dead.log"
+    dead.write_text((REAL_0512 / "shifted-ids-nograph.log").read_text().replace("/tmp/sw-h200/", "/gpu-host/"))
+    _ingest(db, dead, "dead", run_name="dead", status="failed", failure_reason=TYPE_ERROR)
+    (f,) = [f for f in doctor.diagnose(db)[0] if f.run == "dead"]
+    assert f.code == "config_failed"
+    assert f"`{CAPTURE_LINE}` (sglang/srt/models/llama.py:395) raised {TYPE_ERROR}" in f.title
+    assert "maps to capture index 0" not in f.title
+    assert f.suggestion.startswith("the served ids (not recorded for this run")

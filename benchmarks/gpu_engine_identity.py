@@ -25,17 +25,21 @@ told apart as rounding at a near-tie or a bug. TF32 is switched off (fp32 matmul
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import platform
-import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from specwatch.engine.decode import Request, SpecDecoder
-from specwatch.engine.model import load_target, models_dir
-from specwatch.engine.train import line_start_prompts, load_corpus
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _provenance  # noqa: E402
+
+sys.path.append(str(_provenance.ROOT))  # a bare tree (the GPU machine's copy) has no install
+
+from specwatch.engine.decode import Request, SpecDecoder  # noqa: E402
+from specwatch.engine.model import load_target, models_dir  # noqa: E402
+from specwatch.engine.train import line_start_prompts, load_corpus  # noqa: E402
 
 CONFIGS = {"chain S=3 K=1 N=4": (3, 1, 4), "tree S=3 K=4 N=8": (3, 4, 8)}
 PAIRS = [("a", "b"), ("a", "c"), ("b", "c"), ("a", "d"), ("c", "e"), ("d", "e")]
@@ -107,11 +111,6 @@ def near_tie(target64, prompt: list[int], prefix: list[int]) -> tuple[float, int
 
 
 def env_lines(device: torch.device) -> list[str]:
-    import sys
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _provenance
-
     return _provenance.lines(device, models_dir())
 
 

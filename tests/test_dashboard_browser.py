@@ -222,6 +222,7 @@ def test_other_views_render(dashboard, page):
     _no_error_on_page(page)
 
 
+@pytest.mark.slow  # 12-15 s on 2 cores
 def test_live_refresh_while_a_writer_works(dashboard, page):
     """A run added by another process shows up without a reload; a held lock shows no error."""
     url, db = dashboard

@@ -254,7 +254,9 @@ def test_cuda_graph_steps_equal_eager_steps_without_hidden_syncs(prompts, monkey
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     draft = DRAFT if kw else None
     graph = SpecDecoder(TARGET, draft, device="cuda", **kw)
-    assert graph.capture_cuda_graphs() == 2 * len(graph.graphs.buckets)
+    # two decode graphs (dense and gather) per batch bucket, one prefill graph per prompt-length bucket
+    assert graph.capture_cuda_graphs() == 2 * len(graph.graphs.buckets) + len(graph.graphs.prefill_buckets)
+    assert len(graph.graphs.prefill_buckets) >= 1
     eager = SpecDecoder(TARGET, draft, device="cuda", cuda_graph=False, **kw)
     assert eager.graphs is None
     captured = len(graph.graphs._entries)

@@ -160,6 +160,7 @@ def _holds_lock(db) -> bool:
         return "lock" in str(exc).lower()
 
 
+@pytest.mark.slow  # 12-15 s on 2 cores
 def test_long_reader_never_aborts_a_writer_and_readers_queue_behind_it(tmp_path):
     """Before: a 25 s `specwatch sql` made the sweep's writer give up ("locked ... stop the other
     writer") and the measured run was lost; 12 s is past the old 10 s writer wait. Now the writer

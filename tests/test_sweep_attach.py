@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from test_sweep_e2e import ROOT, leftovers, quiet, rows
 
 from specwatch import launch, load, sweep, sweepfile
@@ -51,6 +53,7 @@ def start_server(cfg, log: Path, port: int) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # 12-15 s on 2 cores
 def test_attach_matches_a_launched_run_and_reads_the_log(tmp_path):
     p = tmp_path / "att.toml"
     p.write_text(SWEEP.format(name="att"))

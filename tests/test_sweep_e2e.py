@@ -284,6 +284,7 @@ def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path, sig):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # 12-15 s on 2 cores
 def test_repeats_interleave_with_one_server_per_config(tmp_path):
     """Repeats alternate between configs in a seeded order (stored per run), one run loads at a
     time, and each config keeps one server across all its repeats (one log, one launch)."""
@@ -324,6 +325,7 @@ speculative_eagle_topk = 1
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # 12-15 s on 2 cores
 def test_driver_killed_loses_nothing_stored_and_resume_measures_the_rest(tmp_path):
     """SIGKILL of run-sweep (no handler runs) after its first run was stored: that run is kept
     as it was, the one in progress stays `running`, a re-run measures only what is missing."""

@@ -108,6 +108,89 @@ def _verify_rowwise_kernel(
 
 
 @triton.jit
+def _verify_split_kernel(
+    logits_ptr, stride_row, vocab, chunk, nsplit,
+    cand_ptr, ridx_ptr, next_ptr, sib_ptr,
+    key_ptr, ticket_ptr,
+    predict_ptr, accept_ptr, accept_len_ptr, tp_ptr, bonus_ptr,
+    hist_ptr, attempted_ptr, accepted_ptr,
+    N: tl.constexpr, NP: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, SP: tl.constexpr,
+    BLOCK: tl.constexpr, HAS_COUNTERS: tl.constexpr, SLOTS: tl.constexpr, PREFETCH: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """Split-V (grid (B*N, nsplit)) with a shorter hand-off chain than `_verify_tree_kernel`
+    (candidates for issue 17; `SPLIT_PATHS` names the combinations).
+
+    SLOTS=True: each program stores its split's 64-bit key with a plain store into its own slot
+      key[row * nsplit + split] (no atomic_max; every slot is rewritten on every call, so nothing
+      needs resetting); the last program loads the request's [N, nsplit] slots and takes the max
+      per row. nsplit=1 makes this the row-wise design.
+    SLOTS=False: `_verify_tree_kernel`'s hand-off relaxed: atomic_max(sem="relaxed") into key[row],
+      and the last program reads the keys with plain L2 loads and resets them with plain stores
+      (instead of atomic_xchg), and resets the ticket with a plain store.
+    PREFETCH: every program loads its request's tree before streaming its logits, so the last one
+      starts the walk without another round trip.
+    STAGES (benchmark decomposition): 0 = the split argmax and its key store alone (no ticket:
+      outputs are not written); 1 = + the ticket, the last program writes target_predict only;
+      2 = everything (the walk and counters, with relaxed counter atomics).
+
+    Memory order (the interpreter runs programs one after another, so the tests cannot see any of
+    this; the argument is the CUDA/PTX memory model): a program's key write (plain store or
+    relaxed atomic_max, issued by some thread of the CTA) precedes, through bar.sync (CTA-scope
+    synchronisation), the ticket's atomic_add, which is acq_rel at gpu scope: a release, cumulative
+    over the key write. The ticket's RMWs form one release sequence, so the program that reads
+    N*nsplit-1 acquires every other program's release: all N*nsplit key writes happen before its
+    loads, which go to L2 (.cg: L1 is not coherent) and so return the final keys. No program of
+    this request touches its keys or ticket after its own ticket, so the last program's plain
+    reset stores are ordered after all of them; the next launch sees them (kernel boundary). The
+    keys are read, then a bar.sync, then reset: Triton replicates a small tensor over threads of
+    several warps, and without the barrier one warp's reset could land before another warp's load.
+    """
+    row = tl.program_id(0)
+    split = tl.program_id(1)
+    b = row // N
+    base = b.to(tl.int64) * N
+    node = tl.arange(0, NP)
+    if PREFETCH:
+        cand, nxt, sib, ridx = _load_tree(base, node, cand_ptr, ridx_ptr, next_ptr, sib_ptr, N)
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    start = split * chunk
+    end = tl.minimum(start + chunk, vocab)
+    best_v, best_i = _first_argmax(row_ptr, start, end, BLOCK)
+    bits = (best_v + 0.0).to(tl.int32, bitcast=True)  # -0.0 + 0.0 == +0.0: one key for both zeros
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    key = (ordered.to(tl.int64) << 32) | (2147483647 - best_i).to(tl.int64)
+    if SLOTS:
+        tl.store(key_ptr + row.to(tl.int64) * nsplit + split, key)
+    else:
+        tl.atomic_max(key_ptr + row, key, sem="relaxed")
+    if STAGES >= 1:
+        tl.debug_barrier()
+        ticket = tl.atomic_add(ticket_ptr + b, 1, sem="acq_rel")
+        if ticket == N * nsplit - 1:
+            tl.store(ticket_ptr + b, 0)
+            ok = node < N
+            if SLOTS:
+                sp = tl.arange(0, SP)
+                slot = (base + node)[:, None] * nsplit + sp[None, :]
+                keys = tl.load(key_ptr + slot, mask=ok[:, None] & (sp[None, :] < nsplit), other=-9223372036854775807 - 1,
+                               cache_modifier=".cg")
+                best = tl.max(keys, axis=1)
+            else:
+                best = tl.load(key_ptr + base + node, mask=ok, other=-9223372036854775807 - 1, cache_modifier=".cg")
+                tl.debug_barrier()
+                tl.store(key_ptr + base + node, tl.full([NP], -9223372036854775807 - 1, tl.int64), mask=ok)
+            tp = 2147483647 - (best & 0xFFFFFFFF)
+            tl.store(tp_ptr + base + node, tp, mask=ok)
+            if STAGES >= 2:
+                if not PREFETCH:
+                    cand, nxt, sib, ridx = _load_tree(base, node, cand_ptr, ridx_ptr, next_ptr, sib_ptr, N)
+                _walk_tree(b, base, node, tp, cand, nxt, sib, ridx, predict_ptr, accept_ptr, accept_len_ptr,
+                           bonus_ptr, hist_ptr, attempted_ptr, accepted_ptr, N, NP, W, WP, HAS_COUNTERS,
+                           "relaxed")
+
+
+@triton.jit
 def _walk_kernel(
     tp_ptr, cand_ptr, ridx_ptr, next_ptr, sib_ptr,
     predict_ptr, accept_ptr, accept_len_ptr, bonus_ptr,
@@ -144,11 +227,30 @@ def _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr,
     data-dependent loop. The counters are added with one vector atomic each at the end (the serial
     walk issued two dependent scalar atomics per depth: most of its 6-13 us on the H200).
     """
+    cand, nxt, sib, ridx = _load_tree(base, node, cand_ptr, ridx_ptr, next_ptr, sib_ptr, N)
+    _walk_tree(b, base, node, tp, cand, nxt, sib, ridx, predict_ptr, accept_ptr, accept_len_ptr, bonus_ptr,
+               hist_ptr, attempted_ptr, accepted_ptr, N, NP, W, WP, HAS_COUNTERS, "acq_rel")
+
+
+@triton.jit
+def _load_tree(base, node, cand_ptr, ridx_ptr, next_ptr, sib_ptr, N: tl.constexpr):
+    """Request `base // N`'s tree: candidates, first-child / next-sibling lists, retrive_index."""
     ok = node < N
     cand = tl.load(cand_ptr + base + node, mask=ok, other=-1)
     nxt = tl.load(next_ptr + base + node, mask=ok, other=-1).to(tl.int32)
     sib = tl.load(sib_ptr + base + node, mask=ok, other=-1).to(tl.int32)
     ridx = tl.load(ridx_ptr + base + node, mask=ok, other=-1)
+    return cand, nxt, sib, ridx
+
+
+@triton.jit
+def _walk_tree(b, base, node, tp, cand, nxt, sib, ridx, predict_ptr, accept_ptr, accept_len_ptr, bonus_ptr,
+               hist_ptr, attempted_ptr, accepted_ptr, N: tl.constexpr, NP: tl.constexpr, W: tl.constexpr,
+               WP: tl.constexpr, HAS_COUNTERS: tl.constexpr, COUNTER_SEM: tl.constexpr):
+    """`_walk` on a tree already in registers. COUNTER_SEM: the counters' atomics' memory order
+    ("acq_rel", Triton's default, fences around each of the three; "relaxed" lets them issue back
+    to back: nothing in this launch reads them, and the launch's end publishes them anyway)."""
+    ok = node < N
     # prev[j]: the sibling before j; fc[j]: the node whose first child is j (set for list heads)
     prev = tl.max(tl.where(sib[:, None] == node[None, :], node[:, None], -1), axis=0)
     fc = tl.max(tl.where(nxt[:, None] == node[None, :], node[:, None], -1), axis=0)
@@ -190,10 +292,10 @@ def _walk(b, base, node, tp, cand_ptr, ridx_ptr, next_ptr, sib_ptr, predict_ptr,
         # depth c+1 was attempted iff the walk reached depth c (c <= num) and that node has a child
         has_child = tl.max(tl.where(onpath & (nxt[None, :] >= 0), 1, 0), axis=1)
         att = (col <= num) & (has_child > 0) & (col < W - 1)
-        tl.atomic_add(attempted_ptr + col, att.to(tl.int64), mask=att)
+        tl.atomic_add(attempted_ptr + col, att.to(tl.int64), mask=att, sem=COUNTER_SEM)
         dacc = col < num
-        tl.atomic_add(accepted_ptr + col, dacc.to(tl.int64), mask=dacc)
-        tl.atomic_add(hist_ptr + num, 1)
+        tl.atomic_add(accepted_ptr + col, dacc.to(tl.int64), mask=dacc, sem=COUNTER_SEM)
+        tl.atomic_add(hist_ptr + num, 1, sem=COUNTER_SEM)
 
 
 def _num_sms(device: torch.device) -> int:
@@ -249,7 +351,15 @@ def dispatch(rows: int, vocab: int) -> tuple[str, tuple[int, int, int]]:
     return "argmax", (BLOCK, NUM_WARPS, 6)
 
 
-PATHS = ("fused", "rowwise", "argmax")
+# `_verify_split_kernel`'s candidate paths (issue 17): name -> (SLOTS, PREFETCH, one split per row).
+# Config as "fused" (BLOCK, num_warps, programs per SM); "rowwise-prefetch" as "rowwise" (pps 0).
+SPLIT_PATHS = {
+    "fused-relaxed": (False, False, False),   # relaxed atomic_max, plain-load/plain-store reset
+    "slots": (True, False, False),            # one key slot per split, plain stores, no key reset
+    "slots-prefetch": (True, True, False),    # + the tree loaded before the logits
+    "rowwise-prefetch": (True, True, True),   # nsplit = 1: the row-wise design, prefetch, plain reset
+}
+PATHS = ("fused", "rowwise", "argmax") + tuple(SPLIT_PATHS)
 
 
 def fused_is_faster(rows: int, vocab: int) -> bool:
@@ -261,11 +371,12 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
                        num_steps_plus_one, counters=None, block: int | None = None, nsplit: int | None = None,
                        fused: bool | None = None, num_warps: int | None = None,
                        programs_per_sm: int | None = None, walk_warps: int | None = None,
-                       path: str | None = None):
+                       path: str | None = None, stages: int = 2):
     """Launch the single-pass verify kernel (split-V or row-wise), or torch.argmax + the walk
     kernel, as VERIFY_DISPATCH says (`path` forces one of PATHS, `fused` True/False forces
     "fused"/"argmax"; `block`, `nsplit`, `num_warps`, `programs_per_sm`, `walk_warps` override the
-    configuration: tests and benchmarks).
+    configuration: tests and benchmarks). `stages` < 2 (SPLIT_PATHS only, benchmark decomposition)
+    stops early: 1 = target_predict only, 0 = the split argmax alone (no output written).
 
     Precondition: retrive_index[b, i] == b*N + i (as build_tree makes): the walk indexes
     target_predict and predict by node within the request, and writes accept_index from retrive_index.
@@ -318,10 +429,30 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
             BLOCK=block, HAS_COUNTERS=counters is not None, num_warps=num_warps or cfg_warps)
         return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)
     tiles = triton.cdiv(vocab, block)
+    if path in SPLIT_PATHS and SPLIT_PATHS[path][2]:
+        nsplit = 1
     if nsplit is None:
         nsplit = min(tiles, max(1, triton.cdiv((programs_per_sm or cfg_pps) * _num_sms(device), rows)))
     chunk = triton.cdiv(tiles, nsplit) * block
     nsplit = triton.cdiv(vocab, chunk)
+    if path in SPLIT_PATHS:
+        slots, prefetch, _ = SPLIT_PATHS[path]
+        if stages not in (0, 1, 2) or (stages == 0 and not slots):
+            raise ValueError(f"verify_tree: stages={stages} on path {path!r}: 1 or 2 (0 = no ticket, so "
+                             "the last program that resets the relaxed keys never runs: slot paths only)")
+        # slots: every slot is written before it is read, so the buffer needs no initial value
+        keys = (workspace("verify_slots", rows * nsplit, torch.int64, KEY_INIT, device) if slots
+                else workspace("verify_keys_relaxed", rows, torch.int64, KEY_INIT, device))
+        tickets = workspace("verify_split_tickets", batch, torch.int32, 0, device)
+        _verify_split_kernel[(rows, nsplit)](
+            logits, logits.stride(0), vocab, chunk, nsplit,
+            cand, ridx, nxt, sib, keys, tickets,
+            predict, accept_index, accept_length, target_predict, bonus,
+            hist, att, acc,
+            N=n, NP=np_, W=width, WP=triton.next_power_of_2(width), SP=triton.next_power_of_2(nsplit),
+            BLOCK=block, HAS_COUNTERS=counters is not None, SLOTS=slots, PREFETCH=prefetch, STAGES=stages,
+            num_warps=num_warps or cfg_warps)
+        return VerifyResult(predict, accept_index, accept_length, target_predict, bonus)
     keys = workspace("verify_keys", rows, torch.int64, KEY_INIT, device)
     tickets = workspace("verify_tickets", batch, torch.int32, 0, device)
     _verify_tree_kernel[(rows, nsplit)](

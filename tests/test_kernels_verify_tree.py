@@ -64,6 +64,11 @@ PATH_VARIANTS = {
     "fused-w2": dict(path="fused", num_warps=2),
     "rowwise": dict(path="rowwise", num_warps=8),   # one program per row
     "argmax+walk": dict(path="argmax"),
+    # issue 17 candidates (`_verify_split_kernel`, SPLIT_PATHS): shorter hand-off chains
+    "fused-relaxed": dict(path="fused-relaxed", num_warps=4),     # relaxed atomic_max, plain reset
+    "slots": dict(path="slots", num_warps=4),                     # per-split key slots, no atomic_max
+    "slots-prefetch-w1": dict(path="slots-prefetch", num_warps=1),
+    "rowwise-prefetch": dict(path="rowwise-prefetch", num_warps=8),
 }
 
 
@@ -162,7 +167,8 @@ def test_dispatch_rule_reads_the_table(tri):
             assert tri.fused_is_faster(rows, vocab) == (want[2] != "argmax")
     for max_rows, max_vocab, path, (block, warps, pps) in tri.VERIFY_DISPATCH:
         assert path in tri.PATHS and block in (1024, 2048, 4096, 8192) and warps in (1, 2, 4, 8)
-        assert pps >= 1 if path == "fused" else pps == 0  # programs per SM: the split-V kernel only
+        split_v = path == "fused" or (path in tri.SPLIT_PATHS and not tri.SPLIT_PATHS[path][2])
+        assert pps >= 1 if split_v else pps == 0  # programs per SM: the split-V kernels only
     assert tri.VERIFY_DISPATCH[-1][:2] == (None, None)
 
 
@@ -280,3 +286,44 @@ def test_unknown_path_is_an_error(tri):
             tree.retrive_next_sibling, 3)
     with pytest.raises(ValueError, match="path 'bogus'"):
         tri.verify_tree_triton(*args, path="bogus")
+
+
+SPLIT_PATHS = ("fused-relaxed", "slots", "slots-prefetch", "rowwise-prefetch")
+
+
+@pytest.mark.parametrize("path", SPLIT_PATHS)
+def test_split_paths_reset_across_shapes_and_calls(tri, path):
+    """`_verify_split_kernel` leaves its tickets (and, relaxed, its keys) reset: calls in a row that
+    change the split count, the batch and N, and the sign of the logits (so a stale key would win
+    the max), each give the reference's answer; +0.0/-0.0 and -inf-only-but-one rows included."""
+    vocab, steps = 1031, 3
+    tree = random_tree(3, 2, steps, 7, vocab, seed=43)
+    logits = target_logits(tree, vocab, 0.7, seed=6)
+    logits[0, [5, 300, 1030]] = 70.0            # tie across splits: lowest index 5
+    logits[1] = float("-inf")
+    logits[1, 1030] = -5.0
+    logits[2] = 0.0
+    logits[2, 1:400] = -0.0                     # zeros of both signs: index 0
+    small = random_tree(2, 1, 2, 3, 50, seed=4)
+    for nsplit in (3, 1, 4, 2):
+        ref = _run_both(tri, logits, tree, steps, path=path, block=128, nsplit=nsplit, num_warps=2)
+        assert ref.target_predict[:3].tolist() == [5, 1030, 0]
+        _run_both(tri, -logits, tree, steps, path=path, block=128, nsplit=nsplit)
+        _run_both(tri, target_logits(small, 50, 1.0, seed=1), small, 2, path=path, block=128, nsplit=2)
+
+
+@pytest.mark.parametrize("path", ("slots", "rowwise-prefetch", "fused-relaxed"))
+def test_split_stages_decomposition(tri, path):
+    """The benchmark's decomposition stages: stages=1 writes target_predict alone (exact), and
+    stages=0 then 1 then the full walk leave the workspace as the full kernel needs it."""
+    tree = random_tree(2, 3, 3, 8, 900, seed=12)
+    logits = target_logits(tree, 900, 0.8, seed=4)
+    args = (logits, tree.draft_token, tree.retrive_index, tree.retrive_next_token, tree.retrive_next_sibling, 4)
+    if path == "fused-relaxed":  # its keys are reset by the last program, which stages=0 skips
+        with pytest.raises(ValueError, match="stages=0"):
+            tri.verify_tree_triton(*args, path=path, stages=0)
+    else:
+        tri.verify_tree_triton(*args, path=path, block=128, nsplit=3, stages=0)
+    out = tri.verify_tree_triton(*args, path=path, block=128, nsplit=3, stages=1)
+    assert torch.equal(out.target_predict, torch.argmax(logits, -1))
+    _run_both(tri, logits, tree, 3, path=path, block=128, nsplit=3)

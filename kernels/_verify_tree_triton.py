@@ -9,6 +9,9 @@ Row-wise ("rowwise", grid (B*N,)): one program per row stores its argmax and tak
 Path "argmax" (`VERIFY_DISPATCH` can pick it; no row does since 2026-12-02): target_predict comes
 from torch.argmax and `_walk_kernel` (one program per request) does the same walk. The walk (`_walk`)
 is parallel over the nodes: no per-node serial scan, no atomics inside a loop.
+`_verify_split_kernel` (paths in SPLIT_PATHS, candidates for issue 17): the same two designs with a
+shorter chain of dependent memory round trips between the argmax and the walk (its docstring says
+which, and why the weaker memory orders are enough).
 """
 from __future__ import annotations
 
@@ -173,8 +176,8 @@ def _verify_split_kernel(
             if SLOTS:
                 sp = tl.arange(0, SP)
                 slot = (base + node)[:, None] * nsplit + sp[None, :]
-                keys = tl.load(key_ptr + slot, mask=ok[:, None] & (sp[None, :] < nsplit), other=-9223372036854775807 - 1,
-                               cache_modifier=".cg")
+                keys = tl.load(key_ptr + slot, mask=ok[:, None] & (sp[None, :] < nsplit),
+                               other=-9223372036854775807 - 1, cache_modifier=".cg")
                 best = tl.max(keys, axis=1)
             else:
                 best = tl.load(key_ptr + base + node, mask=ok, other=-9223372036854775807 - 1, cache_modifier=".cg")
@@ -311,6 +314,8 @@ def _num_sms(device: torch.device) -> int:
 # path "rowwise": one program per row (`_verify_rowwise_kernel`: whole-row argmax, plain store, the
 #   last row of each request walks it), config (BLOCK, num_warps, unused 0).
 # path "argmax": torch.argmax + `_walk_kernel` (SGLang's shape); no row picks it since 2026-12-02.
+# SPLIT_PATHS ("fused-relaxed", "slots", "slots-prefetch": config as "fused"; "rowwise-prefetch":
+#   as "rowwise"): `_verify_split_kernel`; not yet timed on the H200, so no row picks them.
 # Measured (H200, in graph, `bench_kernels.py --variants`, benchmarks/results/kernels_h200.md), exact
 # variants only, time vs torch.argmax alone. 2026-12-02 run (commit 23566ac):
 #   V=32000: R=4 fused B2048 w4 p6 6.7 vs 9.0 us; R=8 fused B1024 w1 p16 6.9 vs 9.0;

@@ -58,6 +58,16 @@ for dt in ("bf16", "fp32"):
             predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64", bonus_ptr="*i64",
             hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
             dict(N=8, NP=8, W=5, WP=8, BLOCK=block, HAS_COUNTERS=True), warps))
+    # SPLIT_PATHS (`_verify_split_kernel`): fused-relaxed B2048 w4, slots(-prefetch) B1024 w1 and
+    # B2048 w4, rowwise-prefetch B4096 w8 (one split)
+    for warps, block, slots, prefetch, sp in ((4, 2048, False, False, 8), (4, 2048, True, False, 8),
+                                              (1, 1024, True, True, 16), (8, 4096, True, True, 1)):
+        SPECS.append((V._verify_split_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32",
+            nsplit="i32", cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64", sib_ptr="*i64", key_ptr="*i64",
+            ticket_ptr="*i32", predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", tp_ptr="*i64",
+            bonus_ptr="*i64", hist_ptr="*i64", attempted_ptr="*i64", accepted_ptr="*i64"),
+            dict(N=8, NP=8, W=5, WP=8, SP=sp, BLOCK=block, HAS_COUNTERS=True, SLOTS=slots, PREFETCH=prefetch,
+                 STAGES=2), warps))
     if dt == "fp32":  # the walk alone (after torch.argmax) takes no logits
         SPECS.append((V._walk_kernel, dict(tp_ptr="*i64", cand_ptr="*i64", ridx_ptr="*i64", next_ptr="*i64",
             sib_ptr="*i64", predict_ptr="*i32", accept_ptr="*i32", accept_len_ptr="*i32", bonus_ptr="*i64",
@@ -91,7 +101,7 @@ print(json.dumps(rows))
 '''
 
 KERNEL_NAMES = {"_draft_topk_partial_kernel", "_draft_topk_merge_kernel", "_draft_topk_fused_kernel",
-                "_verify_tree_kernel", "_verify_rowwise_kernel", "_walk_kernel",
+                "_verify_tree_kernel", "_verify_rowwise_kernel", "_verify_split_kernel", "_walk_kernel",
                 "_aux_stats_kernel",
                 "_aux_candidates_kernel", "_aux_finalize_kernel", "_select_tree_kernel", "_select_first_kernel",
                 "_organize_kernel"}

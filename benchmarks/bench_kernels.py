@@ -434,7 +434,20 @@ VERIFY_VARIANTS = (
     ("rowwise B8192 w8", "rowwise", 8192, 8, None),
     ("rowwise B4096 w8", "rowwise", 4096, 8, None),        # VERIFY_DISPATCH at R = 65-512 (most V)
     ("rowwise B2048 w2", "rowwise", 2048, 2, None),
+    # issue 17 candidates (`_verify_split_kernel`, SPLIT_PATHS in kernels/_verify_tree_triton.py):
+    ("fused B2048 w4 p6 relaxed", "fused-relaxed", 2048, 4, 6),  # red.relaxed max, plain-load/-store reset
+    ("slots B2048 w4 p6", "slots", 2048, 4, 6),                  # per-split key slots: plain stores, no reset
+    # 1-warp programs: the walk's reductions stay in a warp (shuffles; 4-8 warps compile its [NP, NP]
+    # gathers to ~44 bar.sync + shared-memory round trips); the tree loaded before the logits
+    ("slots B1024 w1 p16 prefetch", "slots-prefetch", 1024, 1, 16),
+    ("slots B2048 w1 p8 prefetch", "slots-prefetch", 2048, 1, 8),  # 64 fp32 per thread per tile
+    ("rowwise B4096 w8 prefetch", "rowwise-prefetch", 4096, 8, None),  # slots with nsplit = 1
 )
+# where the time of a single-launch verify goes (stages of `_verify_split_kernel`): 0 = split argmax +
+# key store alone, 1 = + ticket and target_predict (a complete argmax), 2 = + walk and counters
+VERIFY_DECOMPOSE = (("slots B2048 w4 p6", "slots", 2048, 4, 6),
+                    ("slots B1024 w1 p16 prefetch", "slots-prefetch", 1024, 1, 16),
+                    ("rowwise B4096 w8 prefetch", "rowwise-prefetch", 4096, 8, None))
 SHAPES: set[tuple[int, int]] | None = None  # --shapes: (rows, vocab) pairs the variants run; None = all
 
 
@@ -518,6 +531,13 @@ def variants_verify(bw):
               f"argmax alone {argmax:.1f}us default={path} | " +
               ", ".join(f"{t:.1f}us {lab} ({argmax / t:.2f}x){'' if ok else ' MISMATCH'}" for t, lab, ok in res),
               flush=True)
+        parts = []
+        for label, dpath, block, warps, pps in VERIFY_DECOMPOSE:
+            kw = dict(path=dpath, block=block, num_warps=warps, programs_per_sm=pps)
+            ts = [t_graph(lambda: verify_tree_triton(*args, counters, stages=st, **kw)) for st in (0, 1, 2)]
+            parts.append(f"{label}: split argmax + key store {ts[0]:.1f}us, + ticket/target_predict {ts[1]:.1f}us, "
+                         f"+ walk/counters {ts[2]:.1f}us")
+        print("  stages (in graph): " + " | ".join(parts) + f" | argmax alone {argmax:.1f}us", flush=True)
         for note in notes:
             print(f"  {note}", flush=True)
         exact = [x for x in res if x[2]]
@@ -525,11 +545,13 @@ def variants_verify(bw):
             continue
         best = exact[0]
         by_vocab.setdefault(v, []).append((b * n, best[1]))
+        bpath, bblock, bwarps, bpps = next(x[1:] for x in VERIFY_VARIANTS if x[0] == best[1])
+        cfg = (bblock or 2048, bwarps or 4, 6 if bpath == "argmax" else bpps or 0)
         winners.append(f"  R={b * n} V={v}: {best[1]} {best[0]:.1f}us vs argmax {argmax:.1f}us "
-                       f"({argmax / best[0]:.2f}x){'' if best[0] <= argmax else '  SLOWER THAN ARGMAX'}")
-    print("verify_tree variant winners, exact ones only (edit VERIFY_DISPATCH in kernels/_verify_tree_triton.py: "
-          "label 'fused BX wY pZ' -> (R, V, \"fused\", (X, Y, Z)); 'rowwise BX wY' -> (R, V, \"rowwise\", (X, Y, 0)); "
-          "'argmax+walk' -> (R, V, \"argmax\", (2048, 4, 6))):\n" + "\n".join(winners), flush=True)
+                       f"({argmax / best[0]:.2f}x){'' if best[0] <= argmax else '  SLOWER THAN ARGMAX'}"
+                       f"  row ({b * n}, {v}, \"{bpath}\", {cfg})")
+    print("verify_tree variant winners, exact ones only (edit VERIFY_DISPATCH in kernels/_verify_tree_triton.py "
+          "with the rows printed):\n" + "\n".join(winners), flush=True)
     for v, picks in by_vocab.items():
         print(f"verify_tree winner per R at V={v}: " + ", ".join(f"R={r_}: {pick}" for r_, pick in sorted(picks)),
               flush=True)
@@ -565,7 +587,8 @@ def check_irregular():
             m = (torch.rand(b * n, device=DEV, generator=g) < agree) & (child >= 0)
             logits[rows_[m], tok[m]] = 30.0
             args = (logits, tree["draft_token"], tree["retrive_index"], tree["retrive_next_token"], tree["retrive_next_sibling"], steps + 1)
-            for path in ("fused", "fused", "rowwise", "rowwise", "argmax"):  # twice: workspaces come back reset
+            # twice each: workspaces come back reset
+            for path in ("fused", "fused", "rowwise", "rowwise", "argmax") + tuple(x for x in VT.SPLIT_PATHS for _ in "12"):
                 c1, c2 = AcceptCounters.zeros(steps, DEV), AcceptCounters.zeros(steps, DEV)
                 ref, out = verify_tree_reference(*args, c1), verify_tree_triton(*args, c2, block=256, path=path)
                 if not all(torch.equal(getattr(ref, f), getattr(out, f)) for f in ("accept_index", "accept_length", "target_predict", "bonus")) \

@@ -315,28 +315,27 @@ def _num_sms(device: torch.device) -> int:
 #   last row of each request walks it), config (BLOCK, num_warps, unused 0).
 # path "argmax": torch.argmax + `_walk_kernel` (SGLang's shape); no row picks it since 2026-12-02.
 # SPLIT_PATHS ("fused-relaxed", "slots", "slots-prefetch": config as "fused"; "rowwise-prefetch":
-#   as "rowwise"): `_verify_split_kernel`; not yet timed on the H200, so no row picks them.
-# Measured (H200, in graph, `bench_kernels.py --variants`, benchmarks/results/kernels_h200.md), exact
-# variants only, time vs torch.argmax alone. 2026-12-02 run (commit 23566ac):
-#   V=32000: R=4 fused B2048 w4 p6 6.7 vs 9.0 us; R=8 fused B1024 w1 p16 6.9 vs 9.0;
-#     R=64 fused B2048 w4 p6 9.5 vs 9.0 (0.95x: the fastest exact path, argmax + walk 12.2);
-#     R=256 rowwise B4096 w8 9.5 vs 12.7; R=512 rowwise B4096 w8 23.8 vs 23.6 (0.99x);
-#     R=2048 fused B2048 w4 p6 73.5 vs 80.0;
-#   V=128256: R=256 rowwise B4096 w8 37.4 vs 47.3;
-#   V=163840: R=64 fused B1024 w1 p16 12.9 vs 23.0; R=512 rowwise B4096 w8 83.2 vs 100.7.
-# Not in that run, kept from the 2026-12-01 run: R<=8 at V>32000 (fused B2048 w4 p16), R=64 at
-# V=128256 (fused B2048 w4 p6), R=256 at V=163840 and R=512 at V=128256 (fused B2048 w4 p16),
-# R=2048 at V>32000 (fused B2048 w4 p6).
+#   as "rowwise"): `_verify_split_kernel` (relaxed hand-off, per-split key slots, tree prefetch).
+# Measured (H200, in graph, `bench_kernels.py --only verify_tree --variants`, all 18 shapes,
+# benchmarks/results/kernels_h200.md), exact variants only, time vs torch.argmax alone.
+# 2026-12-02 05:05 UTC run (commit b38ecb1):
+#   R=4: fused-relaxed B2048 w4 p6 3.8 / 4.0 / 4.3 us at V=32000 / 128256 / 163840 (argmax 8.9 / 26.7 / 9.0);
+#   R=8: slots-prefetch B1024 w1 p16 5.1 / 5.9 us at V=32000 / 128256 (8.9 / 26.7);
+#     fused-relaxed B2048 w4 p6 6.7 us at V=163840 (10.7; slots-prefetch B2048 w1 p8 7.4);
+#   R=64: slots-prefetch B2048 w1 p8 6.6 / 9.5 / 11.7 us (9.0 / 27.1 / 23.1; was fused 9.5 us at
+#     V=32000, 0.95x argmax);
+#   R=256: slots-prefetch B2048 w1 p8 8.1 us at V=32000 (12.7); rowwise B4096 w8 37.4 / 45.6 us
+#     at V=128256 / 163840 (47.2 / 60.6);
+#   R=512: rowwise B4096 w8 23.9 / 67.5 / 83.1 us (23.5 / 74.3 / 100.5): at V=32000 0.98x argmax
+#     alone, the one shape of 18 where no exact variant beats it (the split argmax stage alone is
+#     20.5 us; the ticket and the walk of 64 requests add ~3-4 us);
+#   R=2048: fused B2048 w4 p6 73.5 / 249.6 / 317.4 us (80.0 / 270.9 / 342.0).
 VERIFY_DISPATCH: tuple[tuple[int | None, int | None, str, tuple[int, int, int]], ...] = (
-    (4, 32000, "fused", (2048, 4, 6)),
-    (8, 32000, "fused", (1024, 1, 16)),
-    (8, None, "fused", (2048, 4, 16)),
-    (64, 128256, "fused", (2048, 4, 6)),
-    (64, None, "fused", (1024, 1, 16)),
-    (256, 128256, "rowwise", (4096, 8, 0)),
-    (256, None, "fused", (2048, 4, 16)),
-    (512, 32000, "rowwise", (4096, 8, 0)),
-    (512, 128256, "fused", (2048, 4, 16)),
+    (4, None, "fused-relaxed", (2048, 4, 6)),
+    (8, 128256, "slots-prefetch", (1024, 1, 16)),
+    (8, None, "fused-relaxed", (2048, 4, 6)),
+    (64, None, "slots-prefetch", (2048, 1, 8)),
+    (256, 32000, "slots-prefetch", (2048, 1, 8)),
     (512, None, "rowwise", (4096, 8, 0)),
     (None, None, "fused", (2048, 4, 6)),
 )

@@ -17,6 +17,22 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_logs"
 
 
+def pytest_collection_modifyitems(config, items):
+    """SPECWATCH_TEST_SHARD=I/N keeps every N-th collected test from the I-th (0-based): the GPU
+    machine runs the compiled kernel tests as N processes, so Triton compiles in parallel."""
+    shard = os.environ.get("SPECWATCH_TEST_SHARD")
+    if not shard:
+        return
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"SPECWATCH_TEST_SHARD={shard!r}: expected I/N with 0 <= I < N, e.g. 0/4")
+    kept = items[i::n]
+    config.hook.pytest_deselected(items=[t for j, t in enumerate(items) if j % n != i])
+    items[:] = kept
+
+
 def pytest_ignore_collect(collection_path, config):
     """tests/contract/ needs the real sglang: it runs as its own tier under the side environment
     (scripts/test.sh), not in specwatch's environment, where sglang is absent."""

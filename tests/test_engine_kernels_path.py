@@ -218,19 +218,24 @@ def test_server_device_cuda_serves_greedy_like_the_cuda_decoder(tmp_path, monkey
 def _serve_no_sync(dec, prompts, monkeypatch, new_tokens=NEW_TOKENS):
     """serve(), with every decode step under torch's sync debug mode "error": a step may not
     read the device back implicitly (.item(), .tolist(), blocking copies); its one explicit wait
-    (after the graph's output copy) is let through and counted: exactly one per step."""
+    (after the graph's output copy) is let through and counted: exactly one per step. Greedy
+    prompts within the prefill buckets prefill through their graph too: one wait per request."""
     waits = []
     real_wait = type(dec.graphs)._wait
 
     def wait(self):
+        mode = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode(0)
         real_wait(self)
         waits.append(1)
-        torch.cuda.set_sync_debug_mode("error")
+        torch.cuda.set_sync_debug_mode(mode)
 
     monkeypatch.setattr(type(dec.graphs), "_wait", wait)
     reqs = [Request(f"g{i}", list(p), new_tokens + 5 * i) for i, p in enumerate(prompts)]
+    assert all(dec.graphs.fits_prefill(r) for r in reqs)
     dec.prefill(reqs)
+    assert len(waits) == len(reqs)
+    waits.clear()
     steps = 0
     while not all(r.finished for r in reqs):
         torch.cuda.set_sync_debug_mode("error")

@@ -1,31 +1,22 @@
 """Triton draft top-k (split-V online log-sum-exp + two-level top-k). Loaded lazily by `draft_topk`.
 
-Pass 1, grid (R, nsplit): each program streams its vocabulary chunk in [BLOCK // G, G] tiles,
-keeps an online (max, sum-exp) and writes the maximum of every group of G consecutive logits
-(G = GROUP_SIZE, 32 or 64 from TOPK_CONFIG; R * V/G values, in fp32, or in the logits' dtype with
-`narrow_max`: a maximum of bf16/fp16 values is one of them, so storing it in that dtype is exact;
-at G = 32 fp32 that is 1/16 of the bf16 logits' bytes, at G = 64 bf16 1/64). No data-dependent
-branch in the streaming loop.
+Pass 1, grid (R, nsplit): each program streams its vocabulary chunk in [BLOCK // 32, 32] tiles,
+keeps an online (max, sum-exp) and writes the maximum of every GROUP of 32 consecutive logits
+(R * V/32 fp32: 1/16 of the bf16 logits' bytes). No data-dependent branch in the streaming loop.
 Pass 2 (merge) for a row: merges the (max, sum) pairs into the lse, picks the top-K groups by
-(max desc, group index asc), re-reads those K*G logits and extracts the exact top-K (lowest index
+(max desc, group index asc), re-reads those K*32 logits and extracts the exact top-K (lowest index
 wins ties); each extraction is one max over int64 (value, index) keys.
 TOPK_CONFIG picks per shape: fused (`_draft_topk_fused_kernel`, R <= 8 or V <= 8192 now): both
 passes in one launch; the split that arrives last on its row's ticket runs that row's merge,
 reading the super-group maxima pass 1 wrote. Two-launch (`fused=False`, the other shapes): pass 1
 then a separate merge launch (one program per row); with `merge_warps` set, pass 1 also writes the
-super-group maxima (32 consecutive groups each) and the merge runs that many warps; with `pdl`
-the merge is launched as a programmatic dependent launch (Hopper): pass 1 lets it start as soon as
-every pass-1 program is running, and its programs wait (griddepcontrol.wait: pass 1 complete and
-its writes visible) on the SMs instead of behind a kernel boundary.
+super-group maxima and the merge runs that many warps.
 (A first version kept a running top-K of group maxima per program and examined a tile only when
 it could enter; with ~20 tiles per program nearly every tile was examined, and the K-step
 insertion loop made it 5x slower than this at 512 x 163840 on the H200.)
-Why it is exact, for any group size: groups are runs of consecutive indices, so a group ranked
-before an element's group (larger maximum, or an equal maximum and a lower group index, i.e. all
-its indices lower) holds an element that beats it (larger, or equal and at a lower index); K such
-groups would push the element out of the top-K, so every top-K element lies in one of the top-K
-groups. Super-groups are runs of consecutive groups and the same argument applies to them. A stored
-maximum only needs to equal the true one: fp32 always; the logits' dtype for bf16/fp16 logits.
+Why it is exact: every top-K element lies in one of the top-K groups under that group order: a
+group ranked before an element's group holds an element that beats it (larger, or equal and at a
+lower index), so K such groups would push the element out of the top-K.
 """
 from __future__ import annotations
 
@@ -35,7 +26,7 @@ import triton.language as tl
 
 from kernels._workspace import workspace
 
-GROUP = 32  # default group size (TOPK_CONFIG's group field overrides it); super-groups are 32 groups
+GROUP = 32
 LOG2E = tl.constexpr(1.4426950408889634)
 NEG_INF = tl.constexpr(float("-inf"))
 SENTINEL_GROUP = tl.constexpr(1 << 30)  # groups of empty slots; above every real group index
@@ -48,8 +39,7 @@ def _partial_body(logits_ptr, stride_row, vocab, chunk, n_groups, part_m_ptr, pa
                   smax_ptr, n_sg, row, split, BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr,
                   WRITE_SMAX: tl.constexpr):
     """Pass 1 for (row, split). WRITE_SMAX (BLOCK a multiple of 32 groups): also store the
-    super-group (32 groups) maxima, so the merge starts from V/(32 G) values instead of V/G.
-    The maxima are stored in gmax_ptr's / smax_ptr's element type (fp32, or the logits' dtype)."""
+    super-group (32 groups) maxima, so the merge starts from V/1024 values instead of V/32."""
     NG: tl.constexpr = BLOCK // GROUP_SIZE
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     gmax_row = gmax_ptr + row.to(tl.int64) * n_groups
@@ -67,14 +57,13 @@ def _partial_body(logits_ptr, stride_row, vocab, chunk, n_groups, part_m_ptr, pa
         x = tl.load(row_ptr + offs, mask=offs < end, other=NEG_INF).to(tl.float32)
         gmax = tl.max(x, axis=1)
         g_idx = tile_start // GROUP_SIZE + gi_local
-        tl.store(gmax_row + g_idx, gmax.to(gmax_ptr.dtype.element_ty),
-                 mask=(tile_start + gi_local * GROUP_SIZE) < end)
+        tl.store(gmax_row + g_idx, gmax, mask=(tile_start + gi_local * GROUP_SIZE) < end)
         if WRITE_SMAX:
             NSG: tl.constexpr = NG // 32
             sgl = tl.arange(0, NSG)
             smax = tl.max(tl.reshape(gmax, [NSG, 32]), axis=1)
-            tl.store(smax_ptr + row.to(tl.int64) * n_sg + tile_start // (32 * GROUP_SIZE) + sgl,
-                     smax.to(smax_ptr.dtype.element_ty), mask=(tile_start + sgl * (32 * GROUP_SIZE)) < end)
+            tl.store(smax_ptr + row.to(tl.int64) * n_sg + tile_start // (32 * GROUP_SIZE) + sgl, smax,
+                     mask=(tile_start + sgl * (32 * GROUP_SIZE)) < end)
         new_m = tl.maximum(m_g, gmax)
         safe = tl.where(new_m == NEG_INF, 0.0, new_m) * LOG2E
         scale = tl.math.exp2(m_g * LOG2E - safe)
@@ -95,20 +84,6 @@ def _draft_topk_partial_kernel(
     part_m_ptr, part_s_ptr, gmax_ptr, nsplit, smax_ptr, n_sg,
     BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr, WRITE_SMAX: tl.constexpr,
 ):
-    _partial_body(logits_ptr, stride_row, vocab, chunk, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
-                  smax_ptr, n_sg, tl.program_id(0), tl.program_id(1), BLOCK, GROUP_SIZE, WRITE_SMAX)
-
-
-@triton.jit
-def _draft_topk_partial_pdl_kernel(
-    logits_ptr, stride_row, vocab, chunk, n_groups,
-    part_m_ptr, part_s_ptr, gmax_ptr, nsplit, smax_ptr, n_sg,
-    BLOCK: tl.constexpr, GROUP_SIZE: tl.constexpr, WRITE_SMAX: tl.constexpr,
-):
-    """`_draft_topk_partial_kernel` that lets the merge (`_draft_topk_merge_pdl_kernel`, launched
-    with launch_pdl) start once every program has begun. CUDA only (the interpreter has no
-    griddepcontrol); a separate kernel so the plain ones keep their signature."""
-    tl.extra.cuda.gdc_launch_dependents()
     _partial_body(logits_ptr, stride_row, vocab, chunk, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
                   smax_ptr, n_sg, tl.program_id(0), tl.program_id(1), BLOCK, GROUP_SIZE, WRITE_SMAX)
 
@@ -157,12 +132,11 @@ def _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr,
     sg = tl.arange(0, SGP)
     c32 = tl.arange(0, 32)
     if READ_SMAX:  # written by pass 1: a [SGP] vector instead of an [SGP, 32] tile in registers
-        smv = tl.load(smax_ptr + row64 * n_sg + sg, mask=sg < n_sg, other=NEG_INF,
-                      cache_modifier=".cg").to(tl.float32)
+        smv = tl.load(smax_ptr + row64 * n_sg + sg, mask=sg < n_sg, other=NEG_INF, cache_modifier=".cg")
     else:
         gidx2 = sg[:, None] * 32 + c32[None, :]
         gv2 = tl.load(gmax_ptr + row64 * n_groups + gidx2, mask=gidx2 < n_groups, other=NEG_INF,
-                      cache_modifier=".cg").to(tl.float32)
+                      cache_modifier=".cg")
         smv = tl.max(gv2, axis=1)
     skey = tl.where((sg * 32) < n_groups, _key(smv, sg), KEY_MIN)
     slot = tl.arange(0, KP)
@@ -173,7 +147,7 @@ def _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr,
         skey = tl.where(skey == best, KEY_MIN, skey)
     g = sel_s[:, None] * 32 + c32[None, :]
     g_ok = (slot[:, None] < K) & (sel_s[:, None] < SENTINEL_GROUP) & (g < n_groups)
-    gv = tl.load(gmax_ptr + row64 * n_groups + g, mask=g_ok, other=NEG_INF, cache_modifier=".cg").to(tl.float32)
+    gv = tl.load(gmax_ptr + row64 * n_groups + g, mask=g_ok, other=NEG_INF, cache_modifier=".cg")
     gkey = tl.where(g_ok, _key(gv, g), KEY_MIN)
     sel_g = tl.full([KP], SENTINEL_GROUP, tl.int32)
     for j in tl.static_range(K):
@@ -211,25 +185,7 @@ def _draft_topk_merge_kernel(
     HAS_HOT: tl.constexpr, READ_SMAX: tl.constexpr,
 ):
     """One program per row. READ_SMAX: pass 1 wrote the super-group maxima, so a row's merge holds
-    [SGP] + [KP, 32] + [KP, G] values and runs in one warp (intra-warp reductions, every row in one
-    wave)."""
-    _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
-                hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, tl.program_id(0), K, KP, NSP, SGP, GROUP_SIZE, HAS_HOT,
-                READ_SMAX)
-
-
-@triton.jit
-def _draft_topk_merge_pdl_kernel(
-    logits_ptr, stride_row, vocab, n_groups,
-    part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
-    hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg,
-    K: tl.constexpr, KP: tl.constexpr, NSP: tl.constexpr, SGP: tl.constexpr, GROUP_SIZE: tl.constexpr,
-    HAS_HOT: tl.constexpr, READ_SMAX: tl.constexpr,
-):
-    """`_draft_topk_merge_kernel` launched with launch_pdl after `_draft_topk_partial_pdl_kernel`:
-    its programs may be resident before pass 1 ends; griddepcontrol.wait holds them until pass 1 is
-    complete and its writes are visible, before anything is read."""
-    tl.extra.cuda.gdc_wait()
+    [SGP] + [KP, 32] values and runs in one warp (intra-warp reductions, every row in one wave)."""
     _merge_body(logits_ptr, stride_row, vocab, n_groups, part_m_ptr, part_s_ptr, gmax_ptr, nsplit,
                 hot_ptr, out_p_ptr, out_i_ptr, smax_ptr, n_sg, tl.program_id(0), K, KP, NSP, SGP, GROUP_SIZE, HAS_HOT,
                 READ_SMAX)
@@ -262,21 +218,14 @@ def _draft_topk_fused_kernel(
 
 # ---- configuration (data): edit from `bench_kernels.py --variants` output ----
 # First row whose bounds hold wins: (max rows R or None, max vocab or None) ->
-#   (fused, BLOCK, num_warps, programs per SM, maxnreg or None, merge_warps or None,
-#    group, narrow_max, pdl).
+#   (fused, BLOCK, num_warps, programs per SM, maxnreg or None, merge_warps or None).
 # fused=True: one launch, the last-arriving split of each row merges it (`_draft_topk_fused_kernel`);
 # fused=False: the streaming pass then a merge launch (one program per row).
-# maxnreg caps registers per thread of the fused kernel or of pass 1 (None: no cap; 128 was slower
-# at every shape measured on 2026-12-01: 35.5 vs 31.5, 79.0 vs 69.2 us; pass 1 with super-group
-# maxima needs ~95 registers at B4096 w4 compiled for sm_90 by Triton 3.9, i.e. 5 programs per SM).
+# maxnreg caps registers per thread (None: no cap; 128 was slower at every shape measured on
+# 2026-12-01: 35.5 vs 31.5, 79.0 vs 69.2 us).
 # merge_warps (two-launch only): None = the merge reads the V/32 group maxima (8 warps when
 # V/1024 >= 64 else 4); an int = pass 1 also writes the super-group maxima (BLOCK a multiple of
 # 1024) and the merge runs that many warps per row ("smax m1": every reduction inside one warp).
-# group: logits per group (32 or 64; BLOCK a multiple of it, of 32 * group for super-group maxima);
-# "g64" halves pass 1's group-maxima writes. narrow_max: the maxima are stored in the logits' dtype
-# when that is bf16/fp16 ("bf16max": half the bytes, exact). pdl (two-launch with merge_warps, CUDA):
-# the merge is a programmatic dependent launch. Issue 17 candidates, not measured yet: every row
-# keeps (32, False, False) until `bench_kernels.py --variants` on the H200 picks otherwise.
 # Where the numbers come from: `bench_kernels.py --variants` on the H200 (2026-12-02, commit
 # 23566ac, Triton 3.6.0; benchmarks/results/kernels_h200.md), exact variants only:
 #   R = 512, V = 163840, K = 8: 2launch B4096 w4 p8 smax m1 60.0 us (1.52x the 39.5 us floor; m2 61.0,
@@ -284,14 +233,18 @@ def _draft_topk_fused_kernel(
 #   R = 256, V = 128256, K = 4: 2launch B4096 w4 p4 smax m1 27.8 us (fused B2048 p8 28.7);
 #   R = 64, V = 163840, K = 8: 2launch B4096 w4 p4 smax m1 13.5 us (p8 smax m1 14.1); one row
 #     for R <= 256 since both shapes pick the same variant.
+# Tried on the H200 at commit 795915b (2026-12-02 05:23 run, same shapes) and removed, all slower at
+# 512 x 163840 than the row above (59.8 us there): group and super-group maxima stored in bf16
+# (exact, half the maxima bytes; pass 1 56.9 vs 51.8 us, variant 65.2 us), groups of 64 (pass 1
+# 57.7 us at 96 registers vs 80; variant 65.8 us), both (65.3 us), and the merge as a programmatic
+# dependent launch (griddepcontrol; 76.6-80.7 us: the waiting merge programs take pass 1's slots).
 # Not measured in that run, kept from 2026-12-01: fused B4096/4 warps/8 per SM at R = 8 (9.5,
 # 5.6 us) and the V <= 8192 row.
-TOPK_CONFIG: tuple[tuple[int | None, int | None, bool, int, int, int, int | None, int | None, int, bool, bool],
-                   ...] = (
-    (None, 8192, True, 1024, 4, 8, None, None, 32, False, False),
-    (8, None, True, 4096, 4, 8, None, None, 32, False, False),
-    (256, None, False, 4096, 4, 4, None, 1, 32, False, False),
-    (None, None, False, 4096, 4, 8, None, 1, 32, False, False),
+TOPK_CONFIG: tuple[tuple[int | None, int | None, bool, int, int, int, int | None, int | None], ...] = (
+    (None, 8192, True, 1024, 4, 8, None, None),
+    (8, None, True, 4096, 4, 8, None, None),
+    (256, None, False, 4096, 4, 4, None, 1),
+    (None, None, False, 4096, 4, 8, None, 1),
 )
 _FROM_CONFIG = object()
 
@@ -302,12 +255,11 @@ def _config(rows: int, vocab: int) -> tuple[int, int]:
 
 
 def plan(rows: int, vocab: int) -> tuple:
-    """(fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps, group, narrow_max, pdl) from
-    TOPK_CONFIG."""
+    """(fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps) from TOPK_CONFIG."""
     for max_rows, max_vocab, *cfg in TOPK_CONFIG:
         if (max_rows is None or rows <= max_rows) and (max_vocab is None or vocab <= max_vocab):
             return tuple(cfg)
-    return True, 4096, 4, 8, None, None, GROUP, False, False
+    return True, 4096, 4, 8, None, None
 
 
 def _num_sms(device: torch.device) -> int:
@@ -328,12 +280,10 @@ def plan_splits(rows: int, vocab: int, block: int, device: torch.device, program
 def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor | None = None,
                       block: int | None = None, num_warps: int | None = None, nsplit: int | None = None,
                       fused: bool | None = None, programs_per_sm: int | None = None, maxnreg: int | None = 0,
-                      merge_warps=_FROM_CONFIG, group: int | None = None, narrow_max: bool | None = None,
-                      pdl: bool | None = None):
+                      merge_warps=_FROM_CONFIG):
     """Launch the kernel(s) TOPK_CONFIG picks. `block`, `num_warps`, `nsplit`, `fused`,
-    `programs_per_sm`, `maxnreg` (None: no cap), `merge_warps`, `group`, `narrow_max`, `pdl`
-    override it (benchmarks, tests). `pdl` applies to the two-launch path with `merge_warps` on
-    CUDA only (the interpreter runs the same kernels without the grid-dependency instructions)."""
+    `programs_per_sm`, `maxnreg` (None: no cap), `merge_warps` override it
+    (benchmarks, tests)."""
     if logits.dim() != 2 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"draft_topk: logits must be [R, V] fp32/bf16/fp16, got {tuple(logits.shape)} {logits.dtype}")
     rows, vocab = logits.shape
@@ -346,30 +296,23 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     out_i = torch.empty(rows, k, dtype=torch.int64, device=device)
     if rows == 0:
         return out_p, out_i
-    (cfg_fused, cfg_block, cfg_warps, cfg_pps, cfg_maxnreg, cfg_mwarps,
-     cfg_group, cfg_narrow, cfg_pdl) = plan(rows, vocab)
+    cfg_fused, cfg_block, cfg_warps, cfg_pps, cfg_maxnreg, cfg_mwarps = plan(rows, vocab)
     maxnreg = cfg_maxnreg if maxnreg == 0 else maxnreg
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     fused = cfg_fused if fused is None else fused
     merge_warps = cfg_mwarps if merge_warps is _FROM_CONFIG else merge_warps
     block = block or cfg_block
     num_warps = num_warps or cfg_warps
-    group = group or cfg_group
-    narrow_max = cfg_narrow if narrow_max is None else narrow_max
-    pdl = cfg_pdl if pdl is None else pdl
-    if group not in (32, 64) or block % group:
-        raise ValueError(f"draft_topk: group={group} must be 32 or 64 and divide BLOCK={block}")
     if nsplit is None:
         nsplit, chunk = plan_splits(rows, vocab, block, device, programs_per_sm or cfg_pps)
     else:
         chunk = triton.cdiv(triton.cdiv(vocab, nsplit), block) * block
         nsplit = triton.cdiv(vocab, chunk)
     kp = triton.next_power_of_2(k)
-    n_groups = triton.cdiv(vocab, group)
+    n_groups = triton.cdiv(vocab, GROUP)
     part_m = torch.empty(rows, nsplit, dtype=torch.float32, device=device)
     part_s = torch.empty(rows, nsplit, dtype=torch.float32, device=device)
-    max_dtype = logits.dtype if narrow_max else torch.float32  # exact: a max of bf16/fp16 values is one
-    gmax = torch.empty(rows, n_groups, dtype=max_dtype, device=device)
+    gmax = torch.empty(rows, n_groups, dtype=torch.float32, device=device)
     hot = hot_token_id if hot_token_id is not None else out_i
     if hot_token_id is not None and (hot.device != device or hot.dtype != torch.int64):
         hot = hot.to(device=device, dtype=torch.int64)
@@ -378,26 +321,24 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     n_sg = triton.cdiv(n_groups, 32)
     if fused:
         tickets = workspace("topk_tickets", rows, torch.int32, 0, device)
-        use_smax = block % (32 * group) == 0
-        smax = torch.empty(rows, n_sg, dtype=max_dtype, device=device) if use_smax else gmax
+        use_smax = block % (32 * GROUP) == 0
+        smax = torch.empty(rows, n_sg, dtype=torch.float32, device=device) if use_smax else gmax
         _draft_topk_fused_kernel[(rows * nsplit,)](
             logits, logits.stride(0), vocab, chunk, n_groups, part_m, part_s, gmax, nsplit, tickets,
             hot, out_p, out_i, smax, n_sg,
-            BLOCK=block, GROUP_SIZE=group, K=k, KP=kp, NSP=nsp, SGP=sgp,
+            BLOCK=block, GROUP_SIZE=GROUP, K=k, KP=kp, NSP=nsp, SGP=sgp,
             HAS_HOT=hot_token_id is not None, SMAX=use_smax, num_warps=num_warps,
             enable_fp_fusion=True, **extra)
         return out_p, out_i
-    use_smax = merge_warps is not None and block % (32 * group) == 0
-    smax = torch.empty(rows, n_sg, dtype=max_dtype, device=device) if use_smax else gmax
-    # PDL only where it was designed and can run: the 1-2 warp merge, on a CUDA device
-    pdl = bool(pdl) and merge_warps is not None and device.type == "cuda"
-    (_draft_topk_partial_pdl_kernel if pdl else _draft_topk_partial_kernel)[(rows, nsplit)](
+    use_smax = merge_warps is not None and block % (32 * GROUP) == 0
+    smax = torch.empty(rows, n_sg, dtype=torch.float32, device=device) if use_smax else gmax
+    _draft_topk_partial_kernel[(rows, nsplit)](
         logits, logits.stride(0), vocab, chunk, n_groups, part_m, part_s, gmax, nsplit, smax, n_sg,
-        BLOCK=block, GROUP_SIZE=group, WRITE_SMAX=use_smax, num_warps=num_warps, enable_fp_fusion=True, **extra)
-    (_draft_topk_merge_pdl_kernel if pdl else _draft_topk_merge_kernel)[(rows,)](
+        BLOCK=block, GROUP_SIZE=GROUP, WRITE_SMAX=use_smax, num_warps=num_warps, enable_fp_fusion=True)
+    _draft_topk_merge_kernel[(rows,)](
         logits, logits.stride(0), vocab, n_groups, part_m, part_s, gmax, nsplit,
         hot, out_p, out_i, smax, n_sg,
-        K=k, KP=kp, NSP=nsp, SGP=sgp, GROUP_SIZE=group,
+        K=k, KP=kp, NSP=nsp, SGP=sgp, GROUP_SIZE=GROUP,
         HAS_HOT=hot_token_id is not None, READ_SMAX=use_smax,
-        num_warps=merge_warps or (8 if sgp >= 64 else 4), **({"launch_pdl": True} if pdl else {}))
+        num_warps=merge_warps or (8 if sgp >= 64 else 4))
     return out_p, out_i

@@ -25,17 +25,9 @@ VARIANTS = {
     "two-launch": dict(fused=False),                             # 4-8 warp merge over V/32 group maxima
     "two-launch-smax-w1": dict(fused=False, merge_warps=1),      # pass 1 writes super-group maxima
     "two-launch-smax-w2": dict(fused=False, merge_warps=2),
-    # issue 17 candidates: maxima stored in the logits' dtype (bf16/fp16; fp32 stays fp32), groups of
-    # 64 (super-groups of 2048 logits), the merge as a programmatic dependent launch (on CUDA; the
-    # interpreter runs the same kernels without the grid-dependency instructions)
-    "two-launch-smax-w1-narrow": dict(fused=False, merge_warps=1, narrow_max=True),
-    "two-launch-smax-w1-g64-narrow-pdl": dict(fused=False, merge_warps=1, group=64, narrow_max=True, pdl=True),
-    "fused-g64-narrow": dict(fused=True, group=64, narrow_max=True),
 }
-# the variants whose pass 1 writes super-group maxima when BLOCK is a multiple of 32 groups (1024
-# logits, 2048 at group 64)
-SMAX_VARIANTS = ("fused", "two-launch-smax-w1", "two-launch-smax-w2", "two-launch-smax-w1-narrow",
-                 "two-launch-smax-w1-g64-narrow-pdl", "fused-g64-narrow")
+# the variants whose pass 1 writes super-group maxima when BLOCK is a multiple of 1024
+SMAX_VARIANTS = ("fused", "two-launch-smax-w1", "two-launch-smax-w2")
 
 
 @pytest.fixture(params=list(VARIANTS))
@@ -155,32 +147,6 @@ def test_super_group_maxima_from_pass1(tri, k, nsplit, name):
     _check(tri, logits.bfloat16(), k, block=2048, nsplit=nsplit, maxnreg=128, **variant)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["two-launch-smax-w1-narrow", "two-launch-smax-w1-g64-narrow-pdl", "fused-g64-narrow"])
-def test_group64_and_narrow_maxima(tri, dtype, name):
-    """Groups of 64 (super-groups of 2048) and maxima in the logits' dtype: ties on both sides of
-    group-64 and super-group-2048 boundaries and across splits, V not a multiple of 64 (a partial
-    last group and super-group), -inf runs, a -inf group next to a tie, K from 1 to 16."""
-    variant = VARIANTS[name]
-    torch.manual_seed(17)
-    logits = (torch.randn(3, 10_243) * 0.05 - 4).to(dtype)     # 160 groups of 64 + 3 logits
-    logits[0, [63, 64, 2047, 2048, 4095, 10_242]] = 2.0          # 6-way tie over group/super-group edges
-    logits[1, :6144] = NEG
-    logits[1, 6144:6208] = 1.0                                   # one whole group tied, after -inf groups
-    logits[1, 10_240:] = 1.0                                     # ... and the partial last group
-    logits[2] = 0.0                                              # all equal: the lowest indices win
-    for k, block, nsplit in ((1, 2048, 3), (8, 4096, 2), (16, 2048, 1), (5, 4096, 3)):
-        _check(tri, logits, k, block=block, nsplit=nsplit, **variant)
-    _check(tri, logits, 4, block=128, nsplit=2, **variant)      # no super-group maxima from pass 1
-
-
-def test_group_size_is_checked(tri):
-    with pytest.raises(ValueError, match="group=48"):
-        tri.draft_topk_triton(torch.randn(2, 3000), 4, group=48)
-    with pytest.raises(ValueError, match="BLOCK=32"):
-        tri.draft_topk_triton(torch.randn(2, 3000), 4, group=64, block=32)
-
-
 def test_fused_tickets_reset_between_calls(tri):
     """The fused kernel resets its per-row tickets: repeated and differently shaped calls stay exact."""
     for rows, vocab in ((4, 3000), (4, 3000), (7, 1200), (4, 3000)):
@@ -197,13 +163,11 @@ def test_config_table(tri):
         assert tri.plan(rows, vocab) == tuple(want[2:])
         assert tri._config(rows, vocab) == tuple(want[3:5])
     for row in tri.TOPK_CONFIG:
-        _, _, fused, block, warps, pps, maxnreg, merge_warps, group, narrow_max, pdl = row  # 11 fields
+        _, _, fused, block, warps, pps, maxnreg, merge_warps = row  # 8 fields
         assert block in (1024, 2048, 4096, 8192) and warps in (1, 2, 4, 8) and pps >= 1, row
-        assert maxnreg in (None, 64, 72, 80, 96, 128, 168, 255), row
-        assert group in (32, 64) and block % group == 0 and narrow_max in (False, True), row
-        # merge_warps is a two-launch field; with it, pass 1 writes super-group maxima (BLOCK % (32 G) == 0)
-        assert merge_warps is None or (not fused and merge_warps in (1, 2, 4, 8) and block % (32 * group) == 0), row
-        assert pdl in (False, True) and (not pdl or merge_warps is not None), row  # pdl: the two-launch merge
+        assert maxnreg in (None, 128, 168, 255), row
+        # merge_warps is a two-launch field; with it, pass 1 writes super-group maxima (BLOCK % 1024 == 0)
+        assert merge_warps is None or (not fused and merge_warps in (1, 2, 4, 8) and block % 1024 == 0), row
     assert tri.TOPK_CONFIG[-1][:2] == (None, None)  # every shape has a row
 
 

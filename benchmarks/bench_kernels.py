@@ -220,24 +220,23 @@ def bench_draft_topk(bw, compile_shapes, quick):
             del logits
 
 
-def pass1_only(logits, block=None, warps=None, pps=8, smax=False, group=32, narrow=False, maxnreg=None):
-    """The streaming pass of draft_topk alone (to split its time from the merge); returns the compiled
-    kernel (n_regs, n_spills). group / narrow (maxima in the logits' dtype) / maxnreg as the launcher's."""
+def pass1_only(logits, block=None, warps=None, pps=8, smax=False):
+    """The streaming pass of draft_topk alone (to split its time from the merge)."""
     import kernels._draft_topk_triton as D
 
     r, v = logits.shape
     cb, cw = D._config(r, v)
     block, warps = block or cb, warps or cw
     ns, chunk = D.plan_splits(r, v, block, logits.device, pps)
-    ng = triton.cdiv(v, group)
+    ng = triton.cdiv(v, D.GROUP)
     nsg = triton.cdiv(ng, 32)
     pm = torch.empty(r, ns, device=DEV)
     ps = torch.empty(r, ns, device=DEV)
-    gm = torch.empty(r, ng, device=DEV, dtype=logits.dtype if narrow else torch.float32)
-    sm = torch.empty(r, nsg, device=DEV, dtype=gm.dtype) if smax else gm
-    return D._draft_topk_partial_kernel[(r, ns)](logits, logits.stride(0), v, chunk, ng, pm, ps, gm, ns, sm, nsg,
-                                                 BLOCK=block, GROUP_SIZE=group, WRITE_SMAX=smax, num_warps=warps,
-                                                 enable_fp_fusion=True, **({"maxnreg": maxnreg} if maxnreg else {}))
+    gm = torch.empty(r, ng, device=DEV)
+    sm = torch.empty(r, nsg, device=DEV) if smax else gm
+    D._draft_topk_partial_kernel[(r, ns)](logits, logits.stride(0), v, chunk, ng, pm, ps, gm, ns, sm, nsg,
+                                          BLOCK=block, GROUP_SIZE=D.GROUP, WRITE_SMAX=smax, num_warps=warps,
+                                          enable_fp_fusion=True)
 
 
 def sweep_draft_topk(bw):
@@ -406,9 +405,9 @@ def bench_aux(bw, quick):
 
 # ---- --variants: candidate designs side by side (in graph), winners printed per shape ----
 # Kept small (compile time counts): the lead's single GPU run picks the defaults from these.
-# draft_topk: (label, fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps[, other launcher kwargs])
+# draft_topk: (label, fused, BLOCK, num_warps, programs per SM, maxnreg, merge_warps)
 # (merge_warps: two-launch only; None = the merge that reads V/32 group maxima with 4-8 warps, an int =
-# pass 1 writes super-group maxima and the merge runs that many warps per row. maxnreg: two-launch: pass 1's.)
+# pass 1 writes super-group maxima and the merge runs that many warps per row.)
 # (The tl.topk merges of 23566ac are gone: compiled by Triton 3.6.0 on the H200 they were not exact.)
 TOPK_VARIANTS = (
     ("2launch B4096 w4 p8 smax m1", False, 4096, 4, 8, None, 1),  # TOPK_CONFIG at R > 256 (2026-12-02)
@@ -419,19 +418,6 @@ TOPK_VARIANTS = (
     ("fused B2048 w4 p8", True, 2048, 4, 8, None, None),
     ("fused B4096 w4 p4", True, 4096, 4, 4, None, None),          # fewer, longer splits
     ("fused B4096 w4 p2", True, 4096, 4, 2, None, None),          # ~1 split per row at R = 512
-    # issue 17 (TOPK_CONFIG's group / narrow_max / pdl): bf16max = group and super-group maxima in bf16
-    # (exact; half of pass 1's 10.5 MB of fp32 maxima writes at 512x163840), g64 = groups of 64 (half
-    # again), pdl = the merge as a programmatic dependent launch (resident before pass 1 ends). Pass 1's
-    # occupancy is register-bound (sm_90 AOT by Triton 3.9, 4 warps: B4096 72 registers without
-    # super-group maxima, ~95 with them -> 7 vs 5 programs per SM; B2048 g64 bf16max smax 55 -> 9);
-    # the pass-1 line below also times a cap of 80 registers (6 per SM, 5 spill stores in that AOT).
-    ("2launch B4096 w4 p8 smax m1 bf16max", False, 4096, 4, 8, None, 1, dict(narrow_max=True)),
-    ("2launch B4096 w4 p8 smax m1 g64", False, 4096, 4, 8, None, 1, dict(group=64)),
-    ("2launch B4096 w4 p8 smax m1 g64 bf16max", False, 4096, 4, 8, None, 1, dict(group=64, narrow_max=True)),
-    ("2launch B4096 w4 p8 smax m1 g64 bf16max pdl", False, 4096, 4, 8, None, 1,
-     dict(group=64, narrow_max=True, pdl=True)),
-    ("2launch B2048 w4 p8 smax m1 g64 bf16max pdl", False, 2048, 4, 8, None, 1,
-     dict(group=64, narrow_max=True, pdl=True)),
 )
 TOPK_VARIANT_SHAPES = ((64, 8, 163840), (64, 4, 128256), (8, 8, 163840), (64, 8, 32000), (1, 8, 128256), (8, 1, 163840))
 # verify_tree: every benchmarked shape (V, B, N); (label, path, BLOCK, num_warps, programs per SM)
@@ -481,9 +467,9 @@ def variants_draft_topk(bw):
         p_ref, i_ref = draft_topk_reference(logits, k, hot)
         floor = r * v * 2 / bw * 1e6
         res, notes = [], []
-        for label, fused, block, warps, pps, maxnreg, mwarps, *opt in TOPK_VARIANTS:
+        for label, fused, block, warps, pps, maxnreg, mwarps in TOPK_VARIANTS:
             kw = dict(block=block, num_warps=warps, fused=fused, programs_per_sm=pps, maxnreg=maxnreg,
-                      merge_warps=mwarps, **(opt[0] if opt else {}))
+                      merge_warps=mwarps)
             try:
                 p, i = draft_topk_triton(logits, k, hot, **kw)
                 flag, detail = topk_agreement(logits, p, i, p_ref, i_ref)
@@ -504,19 +490,6 @@ def variants_draft_topk(bw):
         print(f"  pass 1 alone B4096 w4: p8 {p1[(8, False)]:.1f}us, p8+smax {p1[(8, True)]:.1f}us, "
               f"p4 {p1[(4, False)]:.1f}us, p4+smax {p1[(4, True)]:.1f}us (floor {floor:.1f}us); "
               f"merge = a two-launch variant minus its pass 1", flush=True)
-        # what each issue-17 option saves in pass 1 (p8 + smax), with the registers the compiler gave it
-        # (pdl's saving is the "pdl" variant minus the one without it)
-        parts = []
-        for name, blk, o in (("fp32 g32", 4096, {}), ("bf16max", 4096, dict(narrow=True)),
-                             ("g64", 4096, dict(group=64)),
-                             ("g64 bf16max", 4096, dict(group=64, narrow=True)),
-                             ("g64 bf16max r80", 4096, dict(group=64, narrow=True, maxnreg=80)),
-                             ("B2048 g64 bf16max", 2048, dict(group=64, narrow=True))):
-            kern = pass1_only(logits, blk, 4, 8, True, **o)
-            t1 = t_graph(lambda: pass1_only(logits, blk, 4, 8, True, **o))
-            regs, spills = getattr(kern, "n_regs", "?"), getattr(kern, "n_spills", "?")
-            parts.append(f"{name} {t1:.1f}us ({regs} regs, {spills} spills)")
-        print("  pass 1 alone w4 p8 smax (B4096 unless named): " + ", ".join(parts), flush=True)
         for note in notes:
             print(f"  {note}", flush=True)
         ok_res = [x for x in res if x[2] != "MISMATCH"]
@@ -598,10 +571,7 @@ def check_irregular():
                 x[1, [3, v - 1]] = 0.0
             hot = torch.randperm(v, device=DEV)
             pr, ir = draft_topk_reference(x, k, hot)
-            kws = [dict(fused=True), dict(fused=False), dict(fused=False, merge_warps=1),
-                   dict(fused=False, merge_warps=2), dict(fused=False, merge_warps=1, narrow_max=True),
-                   dict(fused=False, merge_warps=1, group=64, narrow_max=True, pdl=True, maxnreg=80),
-                   dict(fused=True, group=64, narrow_max=True)]
+            kws = [dict(fused=True), dict(fused=False), dict(fused=False, merge_warps=1), dict(fused=False, merge_warps=2)]
             for kw in kws:
                 for _ in range(2):  # twice: the fused kernel's tickets must come back reset
                     p, i = draft_topk_triton(x, k, hot, block=block, nsplit=ns, **kw)

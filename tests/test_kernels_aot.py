@@ -45,16 +45,6 @@ for dt in ("bf16", "fp32"):
             n_groups="i32", part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr="*fp32", nsplit="i32",
             ticket_ptr="*i32", hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64", smax_ptr="*fp32", n_sg="i32"),
             dict(BLOCK=4096, GROUP_SIZE=32, K=K, KP=KP, NSP=8, SGP=256, HAS_HOT=True, SMAX=True), 4))
-    # the two-launch options: group size 64, maxima in the logits' dtype, the PDL pair
-    for kernel in (D._draft_topk_partial_kernel, D._draft_topk_partial_pdl_kernel):
-        SPECS.append((kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32",
-            n_groups="i32", part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr=P(dt), nsplit="i32",
-            smax_ptr=P(dt), n_sg="i32"),
-            dict(BLOCK=4096, GROUP_SIZE=64, WRITE_SMAX=True), 4))
-    SPECS.append((D._draft_topk_merge_pdl_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", n_groups="i32",
-        part_m_ptr="*fp32", part_s_ptr="*fp32", gmax_ptr=P(dt), nsplit="i32",
-        hot_ptr="*i64", out_p_ptr="*fp32", out_i_ptr="*i64", smax_ptr=P(dt), n_sg="i32"),
-        dict(K=8, KP=8, NSP=64, SGP=128, GROUP_SIZE=64, HAS_HOT=True, READ_SMAX=True), 1))
     # VERIFY_DISPATCH's configs: split-V B2048 w4 and B1024 w1, row-wise B4096 w8 (and B1024 w1)
     for warps, block in ((4, 2048), (1, 1024)):
         SPECS.append((V._verify_tree_kernel, dict(logits_ptr=P(dt), stride_row="i64", vocab="i32", chunk="i32", nsplit="i32",
@@ -111,7 +101,6 @@ print(json.dumps(rows))
 '''
 
 KERNEL_NAMES = {"_draft_topk_partial_kernel", "_draft_topk_merge_kernel", "_draft_topk_fused_kernel",
-                "_draft_topk_partial_pdl_kernel", "_draft_topk_merge_pdl_kernel",
                 "_verify_tree_kernel", "_verify_rowwise_kernel", "_verify_split_kernel", "_walk_kernel",
                 "_aux_stats_kernel",
                 "_aux_candidates_kernel", "_aux_finalize_kernel", "_select_tree_kernel", "_select_first_kernel",

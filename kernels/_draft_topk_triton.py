@@ -334,7 +334,7 @@ def draft_topk_triton(logits: torch.Tensor, k: int, hot_token_id: torch.Tensor |
     smax = torch.empty(rows, n_sg, dtype=torch.float32, device=device) if use_smax else gmax
     _draft_topk_partial_kernel[(rows, nsplit)](
         logits, logits.stride(0), vocab, chunk, n_groups, part_m, part_s, gmax, nsplit, smax, n_sg,
-        BLOCK=block, GROUP_SIZE=GROUP, WRITE_SMAX=use_smax, num_warps=num_warps, enable_fp_fusion=True)
+        BLOCK=block, GROUP_SIZE=GROUP, WRITE_SMAX=use_smax, num_warps=num_warps, enable_fp_fusion=True, **extra)
     _draft_topk_merge_kernel[(rows,)](
         logits, logits.stride(0), vocab, n_groups, part_m, part_s, gmax, nsplit,
         hot, out_p, out_i, smax, n_sg,

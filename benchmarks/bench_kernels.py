@@ -418,14 +418,6 @@ TOPK_VARIANTS = (
     ("fused B2048 w4 p8", True, 2048, 4, 8, None, None),
     ("fused B4096 w4 p4", True, 4096, 4, 4, None, None),          # fewer, longer splits
     ("fused B4096 w4 p2", True, 4096, 4, 2, None, None),          # ~1 split per row at R = 512
-    # pass 1's waves and occupancy at 512 x 163840 (80 registers, 6 programs of 4 warps per SM):
-    # p8 = 3 splits = 1536 programs = 1.94 waves; p16 = 5 splits, p24 = 7; maxnreg (pass 1) 64 / 72
-    # = 8 / 7 programs per SM; 8 warps on 8192-wide tiles
-    ("2launch B4096 w4 p16 smax m1", False, 4096, 4, 16, None, 1),
-    ("2launch B4096 w4 p24 smax m1", False, 4096, 4, 24, None, 1),
-    ("2launch B4096 w4 p8 smax m1 r72", False, 4096, 4, 8, 72, 1),
-    ("2launch B4096 w4 p8 smax m1 r64", False, 4096, 4, 8, 64, 1),
-    ("2launch B8192 w8 p8 smax m1", False, 8192, 8, 8, None, 1),
 )
 TOPK_VARIANT_SHAPES = ((64, 8, 163840), (64, 4, 128256), (8, 8, 163840), (64, 8, 32000), (1, 8, 128256), (8, 1, 163840))
 # verify_tree: every benchmarked shape (V, B, N); (label, path, BLOCK, num_warps, programs per SM)

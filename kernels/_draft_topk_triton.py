@@ -238,6 +238,8 @@ def _draft_topk_fused_kernel(
 # (exact, half the maxima bytes; pass 1 56.9 vs 51.8 us, variant 65.2 us), groups of 64 (pass 1
 # 57.7 us at 96 registers vs 80; variant 65.8 us), both (65.3 us), and the merge as a programmatic
 # dependent launch (griddepcontrol; 76.6-80.7 us: the waiting merge programs take pass 1's slots).
+# Also slower there at commit b790d11 (05:27 run): more splits (p16 63.0, p24 60.6 us), a cap on pass
+# 1's registers (72: 63.0, 64: 70.3 us), 8 warps on 8192-wide tiles (77.3 us).
 # Not measured in that run, kept from 2026-12-01: fused B4096/4 warps/8 per SM at R = 8 (9.5,
 # 5.6 us) and the V <= 8192 row.
 TOPK_CONFIG: tuple[tuple[int | None, int | None, bool, int, int, int, int | None, int | None], ...] = (

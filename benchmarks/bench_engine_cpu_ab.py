@@ -2,10 +2,11 @@
 
 `git archive REV specwatch kernels` is extracted to a temp dir and its packages renamed
 (`specwatch_old`, `kernels_old`, imports rewritten), so both versions' SpecDecoders load the same
-committed weights side by side; every (config, prompt batch) is served by the old then the new
-decoder, `--reps` times. Reported per config and concurrency: median tok/s of each and the median
-and range of the per-run ratios new / old. Greedy outputs of the two must be identical. Use it to
-check that a change leaves the CPU path's speed alone (the 2-core box is noisy: read the range).
+committed weights side by side; every (config, prompt batch) is served by both decoders, `--reps`
+times, the old one first on even runs and the new one first on odd runs (an order effect cancels).
+Reported per config and concurrency: median tok/s of each and the median and range of the per-run
+ratios new / old. Greedy outputs of the two must be identical. Use it to check that a change leaves
+the CPU path's speed alone (the 2-core box is noisy: read the range).
 
     python benchmarks/bench_engine_cpu_ab.py --baseline-commit d24dc39 [--reps 5] [--out FILE.md]
 """
@@ -97,8 +98,14 @@ def main() -> None:
             o, n, same = [], [], True
             for _ in range(args.reps):
                 for g in groups:
-                    out_o, t_o = run(old, g, args.new_tokens)
-                    out_n, t_n = run(new, g, args.new_tokens)
+                    # alternate which decoder serves first, so that an order effect (the second
+                    # run finding warm caches, or the first a cooler CPU) cancels over the runs
+                    if len(o) % 2 == 0:  # run number: old first on even runs
+                        out_o, t_o = run(old, g, args.new_tokens)
+                        out_n, t_n = run(new, g, args.new_tokens)
+                    else:
+                        out_n, t_n = run(new, g, args.new_tokens)
+                        out_o, t_o = run(old, g, args.new_tokens)
                     same &= out_o == out_n
                     o.append(t_o)
                     n.append(t_n)

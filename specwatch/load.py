@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specwatch import procs
 from specwatch.sweepfile import BUILTIN_PREFIX, PROMPT_SETS, Workload
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
@@ -433,7 +434,8 @@ def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, se
     watcher.start()
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
-            list(pool.map(one, range(len(specs))))
+            for fut in [pool.submit(one, i) for i in range(len(specs))]:
+                procs.wait_result(fut)    # short waits: a stop signal is seen between requests
     finally:
         done_evt.set()
         watcher.join()

@@ -12,6 +12,10 @@
   process that was recorded (same boot, start time and command line).
 - `listener_owned(port, pid)`: is the TCP listener on `port` a socket of that process, its group
   or its descendants? (/proc/net/tcp{,6} inode -> /proc/PID/fd.)
+- `wait_result(fut)`: a future's result, waited for in short slices, so that a stop signal is
+  handled at once even when the kernel delivers it to another thread (Python runs handlers only
+  in the main thread, when it runs bytecode: a main thread blocked on one long wait runs a
+  SIGTERM's handler only when that wait ends; a sweep once finished a 17 s run after SIGTERM).
 
 Not here: what a server is, its readiness or ports (see `launch`).
 """
@@ -26,7 +30,19 @@ import time
 from pathlib import Path
 
 PIDFILE_SUFFIX = ".specwatch-pid"
+WAIT_SLICE_S = 0.2
 WATCHDOG = Path(__file__).resolve().parent / "_watchdog.py"
+
+
+# ------------------------------------------------------------------------------- main-thread waits
+
+def wait_result(fut):
+    """`fut.result()`, waking every WAIT_SLICE_S so the main thread runs pending signal handlers."""
+    while True:
+        try:
+            return fut.result(timeout=WAIT_SLICE_S)
+        except TimeoutError:  # concurrent.futures.TimeoutError is TimeoutError (3.11)
+            continue
 
 
 # ------------------------------------------------------------------------------- /proc

@@ -46,7 +46,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from specwatch import launch, sglang_check, store, sweepfile, writer
+from specwatch import launch, procs, sglang_check, store, sweepfile, writer
 from specwatch.measure import (ConfigJob, ConfigResult, RunKey, RunResult, base_row,
                                config_columns, measure_config, run_id, run_name)
 from specwatch.progress import Progress
@@ -368,7 +368,7 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
             futs = [pool.submit(measure_config, _with_port(j, used), stop, drv)
                     for j in jobs.values()]
             for fut in futs:
-                finished(fut.result())
+                finished(procs.wait_result(fut))
     elif gpus is None or sweep.port is not None:
         for name, job in jobs.items():
             if stop.is_set():

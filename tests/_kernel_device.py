@@ -6,7 +6,7 @@ run the compiled kernels: `load()` returns the kernel module wrapped so that eac
 tensor arguments (dataclasses too) to the GPU and its results back to the CPU, where the tests
 compare them with the torch references. In-place outputs (AcceptCounters) are copied back.
 
-    TRITON_INTERPRET=0 python -m pytest -q tests/test_kernels_*.py     # on the GPU machine
+    TRITON_INTERPRET=0 python -m pytest -q -m "" tests/test_kernels_*.py     # on the GPU machine (-m "": the slow-marked cases too)
 """
 from __future__ import annotations
 

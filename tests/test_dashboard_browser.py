@@ -181,6 +181,7 @@ def test_compare_view_renders_table_and_chart(dashboard, page):
     box.press("Enter")
 
 
+@pytest.mark.slow  # ~10 s on 2 cores; .ci/run runs the slow tier
 def test_other_views_render(dashboard, page):
     url, _ = dashboard
     _open(page, url, "Concurrency")

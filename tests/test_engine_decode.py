@@ -54,8 +54,9 @@ def _al(reqs):
         sum(sum(r.spec_accept_histogram[1:]) for r in reqs) / verify
 
 
-@pytest.mark.parametrize("steps,topk,ndt", [(3, 1, 4), (3, 2, 6), (4, 4, 8)])
-@pytest.mark.parametrize("conc", [1, 8])
+@pytest.mark.parametrize("conc,steps,topk,ndt", [
+    (1, 3, 1, 4), (1, 3, 2, 6), (1, 4, 4, 8), (8, 3, 1, 4),
+    pytest.param(8, 3, 2, 6, marks=pytest.mark.slow), pytest.param(8, 4, 4, 8, marks=pytest.mark.slow)])  # 7-10 s each
 def test_greedy_spec_equals_plain(prompts, plain_outputs, steps, topk, ndt, conc):
     dec = SpecDecoder(TARGET, DRAFT, num_steps=steps, topk=topk, num_draft_tokens=ndt)
     n = 2 if conc == 1 else 8
@@ -199,7 +200,9 @@ def _serve_staggered(dec, prompts, base, temperature=0.0):
     return [(r.output_ids, r.spec_accept_histogram, r.spec_verify_ct) for r in reqs]
 
 
-@pytest.mark.parametrize("steps,topk,ndt", [(3, 1, 4), (3, 4, 8), (1, 2, 3)], ids=["chain", "tree", "one-step"])
+@pytest.mark.parametrize("steps,topk,ndt", [(3, 1, 4), pytest.param(3, 4, 8, marks=pytest.mark.slow),
+                                           pytest.param(1, 2, 3, marks=pytest.mark.slow)],
+                         ids=["chain", "tree", "one-step"])  # tree, one-step: 13-20 s each on 2 cores
 def test_graph_step_bodies_equal_the_eager_step(prompts, plain_outputs, steps, topk, ndt):
     """graph_step's fixed-shape bodies (what a CUDA graph replays: full-capacity cache reads, padded
     buckets, tree built on the device, on-device KV compaction and extend) run eagerly on CPU and give

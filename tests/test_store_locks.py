@@ -68,6 +68,7 @@ def stop(p, timeout=90) -> str:
 
 # --- one file is one source, whoever races ------------------------------------------------------
 
+@pytest.mark.slow  # ~10 s on 2 cores; .ci/run runs the slow tier
 def test_two_tails_on_one_new_file_store_every_line_once(tmp_path):
     """Before: the source row was created at the first commit, keyed by a head length that grows
     with the file, so two tails identifying it at different sizes made two sources (2 of 7
@@ -306,6 +307,7 @@ def small_fs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+@pytest.mark.slow  # ~10 s on 2 cores; .ci/run runs the slow tier
 def test_disk_full_says_so_and_tail_retries_until_space_returns(tmp_path, small_fs):
     db = small_fs / "full.duckdb"
     log = tmp_path / "server.log"

@@ -85,6 +85,7 @@ def test_ingest_of_every_sample_log_and_reingest(tmp_path):
     assert duckdb.connect(str(db), read_only=True).execute(KEPT).fetchall() == before
 
 
+@pytest.mark.slow  # ~10 s on 2 cores; .ci/run runs the slow tier
 def test_tail_in_small_chunks_resumed_with_an_idle_gap_on_a_chunk_boundary(tmp_path):
     db, log = tmp_path / "s.duckdb", tmp_path / "live.log"
     text = log_text(dt.datetime(2026, 5, 1, 10, 0, 0), 400, gap_at=150)

@@ -251,8 +251,9 @@ def test_server_killed_mid_load_fails_its_runs_and_leaves_nothing(tmp_path):
     assert leftovers(tmp_path) == [] and o.stop_clean
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
-                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM,
+                                 pytest.param(signal.SIGHUP, marks=pytest.mark.slow)],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])  # ~15 s each: SIGTERM in the default tier
 def test_ctrl_c_stops_cleanly_keeps_measured_runs_and_exits_130(tmp_path, sig):
     """Ctrl-C, SIGTERM (a scheduler's kill) and SIGHUP (the terminal went away) all stop the
     sweep the same way: what was measured is kept, nothing is left `running`, no server."""

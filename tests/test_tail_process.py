@@ -199,6 +199,7 @@ def stress(tmp_path: Path, duration_s: float, rotations, kills: list[tuple[float
     return n, reader
 
 
+@pytest.mark.slow  # ~10 s on 2 cores; .ci/run runs the slow tier
 def test_tail_process_rotations_and_sigkill(tmp_path):
     """Short version for the default suite: one SIGKILL during which a rename rotation happens
     (drained from `server.log.1` on restart), one copy-truncate while tail runs."""

@@ -3,7 +3,7 @@
 Builds a store in seconds with DuckDB `INSERT ... SELECT FROM range(...)` (sources, runs,
 run_sources, server_configs, decode_windows: 4 sweeps x (baseline + 4 EAGLE-3 configs) x 4
 concurrencies, 2 DP ranks, windows spread evenly), then times, with Streamlit's cache empty:
-  - each query the Compare view issues, through `specwatch.query.run_sql` (what the server waits on);
+  - each query the Compare view issues, through `specwatch.db.query.run_sql` (what the server waits on);
   - the whole first render of the Compare view under Streamlit's AppTest (queries + pandas + Altair).
 Target (issue 7): comparison view's first render under 2 s of server-side query time; issue 16:
 at most 1 s at 10M windows (run_metrics reads run_window_sums, kept up to date as windows are
@@ -29,7 +29,7 @@ SWEEPS, CONFIGS, CONCURRENCIES, DP = 4, 5, (1, 4, 16, 64), 2   # config 0 of eac
 
 def build(db: Path, windows: int) -> int:
     """A store with `windows` decode windows over SWEEPS*CONFIGS*len(CONCURRENCIES) runs."""
-    from specwatch import store, summaries
+    from specwatch.db import store, summaries
     runs = SWEEPS * CONFIGS * len(CONCURRENCIES)
     nc = len(CONCURRENCIES)
     conc_list = "[" + ",".join(map(str, CONCURRENCIES)) + "]"
@@ -101,7 +101,7 @@ def time_queries(db: Path) -> list[tuple[str, float, float, int]]:
     sys.path.insert(0, str(APP.parent))
     import queries as Q
 
-    from specwatch import query
+    from specwatch.db import query
     out = []
     res, w, c = _timed(lambda: query.run_sql(db, Q.STAMP))
     out.append(("stamp", w, c, len(res.rows)))
@@ -115,7 +115,7 @@ def time_queries(db: Path) -> list[tuple[str, float, float, int]]:
 
 def time_summary_alone(db: Path) -> tuple[float, float]:
     """For the record: one evaluation of config_summary alone (COMPARE adds a runs join)."""
-    from specwatch import query
+    from specwatch.db import query
     _, w, c = _timed(lambda: query.run_sql(db, "SELECT * FROM config_summary", max_rows=100_000))
     return w, c
 

@@ -118,7 +118,8 @@ print(con.execute("SELECT (SELECT count(*) FROM decode) + (SELECT count(*) FROM 
 # storing these rows costs DuckDB on this machine.
 STORE_FLOOR = """
 import sys, time, duckdb
-from specwatch import schema, ingest, store
+from specwatch.db import schema, store
+from specwatch.logs import ingest
 src, db = sys.argv[1], sys.argv[2]
 with duckdb.connect(src, read_only=True) as c:
     dec, pre = (c.sql(f"SELECT * FROM {t} ORDER BY byte_offset").to_arrow_table()

@@ -1,6 +1,6 @@
 """The load generator's own overhead and timing error at concurrency 1-512 (issue 14).
 
-Drives `specwatch.load.run` (the code every sweep uses), and side by side an asyncio + aiohttp
+Drives `specwatch.run.load.run` (the code every sweep uses), and side by side an asyncio + aiohttp
 client doing the same closed loop and the same measurement (the alternative issue 14 names),
 against `fixed_delay_server.py`, whose
 delays are known: the first token TTFT_MS after a request arrives, then one token every ITL_MS.
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specwatch import launch, load  # noqa: E402
+from specwatch.run import launch, load  # noqa: E402
 
 TTFT_MS, ITL_MS, TOKENS = 200.0, 50.0, 8
 
@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--conc", default="1,8,64,256,512")
     ap.add_argument("--out", default=None, help="also write the table to this file")
     ap.add_argument("--clients", default="threads,aiohttp",
-                    help="threads = specwatch.load.run; aiohttp = the asyncio comparison arm")
+                    help="threads = specwatch.run.load.run; aiohttp = the asyncio comparison arm")
     args = ap.parse_args()
     clients = args.clients.split(",")
     if "aiohttp" in clients:
@@ -171,7 +171,7 @@ def main() -> int:
     cols = list(rows[0])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
-    lines = [f"# bench_load_generator: threads over http.client (specwatch.load.run) vs asyncio + "
+    lines = [f"# bench_load_generator: threads over http.client (specwatch.run.load.run) vs asyncio + "
              f"aiohttp, side by side; load average {os.getloadavg()[0]:.1f} at the end",
              f"# commit {commit}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
              f"{platform.machine()} {os.cpu_count()} cores (shared, busy), python "

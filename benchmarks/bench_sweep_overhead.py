@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specwatch import sweep, sweepfile  # noqa: E402
+from specwatch.run import sweep, sweepfile  # noqa: E402
 from specwatch.engine import models_dir  # noqa: E402
 
 TARGET_S = 2.0

@@ -30,7 +30,7 @@ ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPAT
 # The reader process: poll, record first-seen times of new sequence numbers and open waits.
 READER = r"""
 import json, sys, time
-from specwatch import query, store
+from specwatch.db import query, store
 db, poll_s, out = sys.argv[1], float(sys.argv[2]) / 1000, sys.argv[3]
 seen, waits, errors, stop = {}, [], [], False
 import signal
@@ -93,7 +93,7 @@ def write_lines(log: Path, duration_s: float, rate: int, rotate_every_s: float) 
 def burst_hold_ms(tmp: Path, lines_per_burst: int, bursts: int = 40) -> list[float]:
     """In-process: the time of one FileIngestor.poll() burst. The database is open for all of it
     except parsing (done before it opens, ~1 ms for 50 lines), so this is the lock hold time."""
-    from specwatch import ingest
+    from specwatch.logs import ingest
 
     db, log = tmp / "burst.duckdb", tmp / "burst.log"
     ingest.ensure_run(db, "burst")

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specwatch import query  # noqa: E402
+from specwatch.db import query  # noqa: E402
 
 MODELS = ROOT / "specwatch" / "engine" / "models"
 

@@ -1,6 +1,6 @@
 """A tiny streaming server with known, fixed delays, for measuring the load generator itself.
 
-Speaks the part of SGLang's HTTP API that `specwatch.load` uses: POST /generate with
+Speaks the part of SGLang's HTTP API that `specwatch.run.load` uses: POST /generate with
 `"stream": true` answers SSE events `data: {"text": ..., "meta_info": {...}}`, the first one
 `--ttft-ms` after the request arrived and then one every `--itl-ms`, each adding one completion
 token, up to the request's max_new_tokens; then `data: [DONE]`. GET /health, POST /flush_cache and

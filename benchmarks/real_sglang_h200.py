@@ -305,7 +305,7 @@ def _analyse(db: Path, sweep_file: Path, predict, miss_mod: int | None) -> dict:
     prompt (chain configs only: the predictor models topk 1)."""
     import duckdb
 
-    from specwatch import load, sweepfile
+    from specwatch.run import load, sweepfile
     sw = sweepfile.load(str(sweep_file))
     _warm, specs = load.build_requests(sw.workload, load.read_prompts(sw.workload))
     con = duckdb.connect(str(db), read_only=True)

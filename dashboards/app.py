@@ -5,7 +5,7 @@ database also comes from env SPECWATCH_DB). Views: the config comparison table, 
 throughput, speedup against concurrency, decode-window time series, the acceptance histogram,
 findings (broken configs) and a read-only SQL box.
 
-Every read goes through `specwatch.query.run_sql` (read-only, row-capped, time-limited, and it waits
+Every read goes through `specwatch.db.query.run_sql` (read-only, row-capped, time-limited, and it waits
 while a writer holds the database), and every metric comes from specwatch's views: this file parses
 no logs and computes no metric. It only selects, filters, sorts, labels and plots.
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from specwatch import doctor, query, store
+from specwatch.diagnose import doctor
+from specwatch.db import query, store
 
 HERE = Path(__file__).resolve().parent
 # `streamlit run` puts the script's folder on sys.path; AppTest does not. Do the same for both.
@@ -239,7 +240,7 @@ def view_compare(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
     text = c1.text_input("Filter", key="cmp_filter", placeholder="config, sweep or algorithm")
     all_cols = c2.toggle("All columns", value=False, key="cmp_all",
-                         help="every column of the config_stats view (formulas in specwatch/views.py)")
+                         help="every column of the config_stats view (formulas in specwatch/db/views.py)")
     losing = c3.toggle("Only loses/failed", value=False, key="cmp_losing")
     table = df
     if text:

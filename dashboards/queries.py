@@ -1,7 +1,7 @@
 """The dashboard's SQL, in one place: selections over specwatch's views, nothing more.
 
 Every metric shown comes from `config_summary` (flags included) or `decode_windows_scoped`
-(specwatch/views.py, where the formulas live). What is here only picks rows and columns, labels them,
+(specwatch/db/views.py, where the formulas live). What is here only picks rows and columns, labels them,
 orders them, sums raw counts for display, and thins a time series for plotting.
 
 Not for: metric formulas. If the dashboard needs a number the views don't have, add it to views.py.

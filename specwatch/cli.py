@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from specwatch import store
+from specwatch.db import store
 
 DB_HELP = "DuckDB file (env SPECWATCH_DB)."
 
@@ -73,7 +73,7 @@ def parse_cmd(files, fmt, all_kinds):
 
     Example: specwatch parse server.log --format jsonl | head
     """
-    from specwatch import ingest, parse, reassemble
+    from specwatch.logs import ingest, parse, reassemble
 
     paths, problems = ingest.expand_paths(list(files))
     for p in problems:
@@ -119,7 +119,7 @@ def ingest(paths, db, run):
 
     Example: specwatch ingest sample_logs/ --db runs.duckdb
     """
-    from specwatch import ingest as ing
+    from specwatch.logs import ingest as ing
 
     try:
         results = ing.ingest_paths(db, list(paths), run)
@@ -158,7 +158,7 @@ def sql(query, db, fmt, max_rows, timeout, memory_mb):
 
     Example: specwatch sql "SELECT run_name, accept_len FROM config_summary" --format csv
     """
-    from specwatch import query as q
+    from specwatch.db import query as q
 
     try:
         res = q.run_sql(db, query, max_rows=max_rows, timeout_s=timeout, isolate=True,
@@ -181,11 +181,11 @@ def report(db, fmt, run, sweep, wide):
     """Per config and concurrency, over its repeats: accept length, accept rate, tok/s with a 95%
     interval, speedup over the matched no-speculation baseline with a 95% interval, and a verdict
     (pays / loses / unclear); then the winner per concurrency, or why there is none. The README's
-    glossary explains every column; formulas are in specwatch/views.py.
+    glossary explains every column; formulas are in specwatch/db/views.py.
 
     Example: specwatch report --db runs.duckdb --format json
     """
-    from specwatch import query as q
+    from specwatch.db import query as q
     from specwatch import tables
 
     try:
@@ -229,8 +229,8 @@ def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
 
     Example: specwatch tail /var/log/sglang/server.log --db runs.duckdb --run llama-eagle3
     """
-    from specwatch import alerts
-    from specwatch import tail as tl
+    from specwatch.logs import alerts
+    from specwatch.logs import tail as tl
 
     import logging
 
@@ -240,7 +240,7 @@ def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
     board = None if quiet or no_alerts else alerts.Board()
     if no_alerts:
         rules = None
-    tail_log = logging.getLogger("specwatch.tail")
+    tail_log = logging.getLogger("specwatch.logs.tail")
     if board is not None and board.tty:   # log lines go above the status lines, not through them
         tail_log.addHandler(board.handler())
         tail_log.propagate = False
@@ -296,7 +296,8 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
     """
     import dataclasses
 
-    from specwatch import query, sweep
+    from specwatch.db import query
+    from specwatch.run import sweep
 
     attach = None
     if endpoint or baseline_endpoint:
@@ -380,7 +381,7 @@ def doctor(db, run, fmt):
 
     Example: specwatch doctor --db runs.duckdb --run eagle3-shifted
     """
-    from specwatch import doctor as doc
+    from specwatch.diagnose import doctor as doc
 
     try:
         sys.exit(doc.main(db=db, run=run, fmt=fmt))
@@ -401,7 +402,7 @@ def align(dump_path, capture_path, fmt):
 
     Example: specwatch align --dump layers.safetensors --capture aux.safetensors
     """
-    from specwatch import align as al
+    from specwatch.diagnose import align as al
 
     sys.exit(al.main(dump_path, capture_path, fmt=fmt))
 

@@ -7,7 +7,7 @@ The child never outlives us: a watchdog (`procs.Guard`) stops it if we die by an
 SIGKILL included, and its pid file (`<db dir>/.specwatch/dashboard-PORT.specwatch-pid`) lets the
 next start reap one left by a dead watchdog (`procs.reap_stale`).
 
-Not for: reading the database (the app does that, read-only, through `specwatch.query`).
+Not for: reading the database (the app does that, read-only, through `specwatch.db.query`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specwatch import procs
+from specwatch.run import procs
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "dashboards" / "app.py"
@@ -83,7 +83,7 @@ def main(db: str | Path, port: int = 8501, host: str = "127.0.0.1", allow_remote
         print(f"specwatch dashboard: {db} does not exist yet; the page will show data once "
               "ingest, tail or run-sweep writes it", file=sys.stderr)
     else:
-        from specwatch import store
+        from specwatch.db import store
         try:   # a damaged file is said here, once, not as a page of errors
             with store.reader(db):
                 pass

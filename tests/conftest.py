@@ -73,7 +73,7 @@ def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.
 def samples_db(tmp_path_factory) -> Path:
     """A database with every sample log ingested (one run per file)."""
     path = tmp_path_factory.mktemp("samples") / "samples.duckdb"
-    from specwatch import ingest
+    from specwatch.logs import ingest
     ingest.ingest_paths(path, [str(SAMPLES)])
     return path
 
@@ -83,7 +83,7 @@ def example_sweep(tmp_path_factory) -> dict:
     """The README's main job, `specwatch run-sweep examples/builtin_sweep.toml`, run once through
     the real CLI (~2 min on 2 cores) and shared by the tests that read its database or its table:
     {"db": path, "stdout": the final table, "sweep": the loaded sweep file}."""
-    from specwatch import sweepfile
+    from specwatch.run import sweepfile
     example = ROOT / "examples" / "builtin_sweep.toml"
     tmp = tmp_path_factory.mktemp("example")
     db = tmp / "example.duckdb"

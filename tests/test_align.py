@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import run_cli
-from specwatch import align
+from specwatch.diagnose import align
 from specwatch.engine import models_dir
 
 

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from specwatch import ingest, query, store
+from specwatch.logs import ingest
+from specwatch.db import query, store
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "dashboards" / "app.py"
@@ -373,7 +374,7 @@ def test_acceptance_per_position_from_vllm_logs(app):
 
 
 def test_findings_are_doctors_with_its_counts_failed_runs_and_alerts(app, fixture_db):
-    from specwatch import doctor
+    from specwatch.diagnose import doctor
     at = app("Findings")
     healthy(at)
     findings, checked = doctor.diagnose(fixture_db)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import store
+from specwatch.db import store
 from test_dashboard_app import ROOT, SWEEP, build_fixture_db, sweep_run_id
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -275,7 +275,7 @@ def example_dashboard(example_sweep):
 
 @pytest.mark.slow
 def test_example_sweep_findings_compare_pareto_time_series(example_dashboard, page):
-    from specwatch import query
+    from specwatch.db import query
     url, db = example_dashboard
     _open(page, url, "Findings")
     page.get_by_text("eagle3-s3k1d4-shifted").first.wait_for(timeout=120_000)

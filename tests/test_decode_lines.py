@@ -4,7 +4,8 @@ with real SGLang decode lines, another engine's lookalike, traceback source line
 that mention the words."""
 from __future__ import annotations
 
-from specwatch import failure, ingest, query
+from specwatch.logs import failure, ingest
+from specwatch.db import query
 
 REAL = [  # real SGLang 0.5.9 lines (sample_logs/sglang-0.5.9-dp2-tp8-eagle3.log), two rank forms
     "[2026-03-02 08:00:51 DP0 TP0] Decode batch, #running-req: 8, #token: 4096, token usage: "

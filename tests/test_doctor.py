@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, run_cli
-from specwatch import doctor, failure, ingest, query, store
+from specwatch.diagnose import doctor
+from specwatch.logs import failure, ingest
+from specwatch.db import query, store
 
 WRONG = "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log"
 SPEC_ARGS = (SAMPLES / WRONG).read_text().splitlines()[0]  # a 0.5.23 dict-form server_args line
@@ -346,7 +348,7 @@ def test_e2e_shifted_ids_flagged_and_suggestion_restores_accept_len(tmp_path):
     cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = suggested
     (fixed / "config.json").write_text(json.dumps(cfg))
     prompts = [json.loads(ln)["prompt"] for ln in
-               (Path(__file__).resolve().parent.parent / "specwatch" / "workloads" / "chat.jsonl")
+               (Path(__file__).resolve().parent.parent / "specwatch" / "run" / "workloads" / "chat.jsonl")
                .read_text().splitlines()[:4]]
     al_fixed = _accept_len(fixed, prompts)
     al_served = _accept_len(fixed, prompts, aux_layer_ids=[-1, 1, 3])  # same prompts, shifted ids

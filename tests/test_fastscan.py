@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from conftest import ROOT, SAMPLES
-from specwatch import fastscan, formats, ingest, store
+from specwatch.logs import fastscan, formats, ingest
+from specwatch.db import store
 
 pytestmark = pytest.mark.skipif(not fastscan.available(), reason="C accelerator not built")
 

@@ -24,7 +24,8 @@ import pyarrow as pa
 import pytest
 
 from conftest import ROOT, SAMPLES
-from specwatch import fastscan, ingest, schema, store, summaries
+from specwatch.logs import fastscan, ingest
+from specwatch.db import schema, store, summaries
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_ingest import generate  # noqa: E402

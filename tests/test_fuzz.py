@@ -15,7 +15,8 @@ import re
 import pytest
 
 from conftest import SAMPLES
-from specwatch import fastscan, formats, ingest, store
+from specwatch.logs import fastscan, formats, ingest
+from specwatch.db import store
 
 pytestmark = pytest.mark.skipif(not fastscan.available(), reason="C accelerator not built")
 

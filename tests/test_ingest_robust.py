@@ -18,7 +18,8 @@ import pytest
 import zstandard
 
 from conftest import SAMPLES, run_cli
-from specwatch import ingest, rows, store
+from specwatch.logs import ingest, rows
+from specwatch.db import store
 
 OK = ("[2026-03-02 08:15:{s:02d} DP{r} TP{r}] Decode batch, #running-req: {n}, #token: 5120, "
       "token usage: 0.23, accept len: 2.61, accept rate: 0.65, cuda graph: True, "
@@ -234,7 +235,7 @@ def test_a_file_with_no_log_line_is_reported_and_creates_no_run(tmp_path, db, co
 def test_the_c_scanner_is_built_and_in_step_with_lines_toml():
     # The fast-path tests skip when the scanner is unavailable, and it makes itself unavailable
     # when lines.toml retypes a decode/prefill field it types itself: that must fail loudly here.
-    from specwatch import fastscan
-    assert fastscan._fastscan is not None, "specwatch._fastscan not built (pip install -e .)"
+    from specwatch.logs import fastscan
+    assert fastscan._fastscan is not None, "specwatch.logs._fastscan not built (pip install -e .)"
     assert fastscan.format_drift() == []
     assert fastscan.available() or os.environ.get("SPECWATCH_NO_FASTSCAN") == "1"

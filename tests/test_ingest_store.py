@@ -5,7 +5,8 @@ import duckdb
 import pytest
 
 from conftest import SAMPLES, run_cli
-from specwatch import ingest, query, store
+from specwatch.logs import ingest
+from specwatch.db import query, store
 
 LINE = ("[2026-02-26 14:09:{s:02d} TP0] Decode batch, #running-req: {r}, #token: 100, token usage: 0.01, "
         "accept len: {al:.2f}, accept rate: 0.50, cuda graph: True, gen throughput (token/s): {t:.2f}, "

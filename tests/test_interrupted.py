@@ -7,7 +7,8 @@ from __future__ import annotations
 import datetime as dt
 
 from conftest import run_cli
-from specwatch import query, store, sweep, sweepfile
+from specwatch.db import query, store
+from specwatch.run import sweep, sweepfile
 
 T0 = dt.datetime(2026, 11, 20, 10, 0, 0)
 SWEEP = """\

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import launch, load, sweepfile
-from specwatch.sweepfile import Length, Workload
+from specwatch.run import launch, load, sweepfile
+from specwatch.run.sweepfile import Length, Workload
 
 
 def _alive(pid: int) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import launch, procs
+from specwatch.run import launch, procs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ STUB = textwrap.dedent("""
 # signal would fire right there), writes the server's pid, and waits to be killed.
 DRIVER = textwrap.dedent("""
     import json, sys, threading, time
-    from specwatch import launch
+    from specwatch.run import launch
     port, out, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     srv = launch.Server([sys.executable, "-c", sys.argv[4], str(port)], {}, port, log,
                         grace_s=1.0)
@@ -343,7 +343,7 @@ def test_a_busy_side_port_rules_the_port_out():
 def test_a_run_without_decode_windows_is_flagged_when_it_must_have_some(tmp_path):
     """The load's answers came from a server that did not log to our file: more decode steps
     than --decode-log-interval and no `Decode batch` line in the run's byte range."""
-    from specwatch import load
+    from specwatch.run import load
 
     port = launch.free_port()
     code = STUB.replace('subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); '

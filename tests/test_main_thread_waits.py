@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from specwatch import procs
+from specwatch.run import procs
 
 SLOW_S = 2.0
 

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from specwatch import formats, parse
+from specwatch.logs import formats, parse
 
 
 def test_declared_samples_pass_and_cover_every_kind():

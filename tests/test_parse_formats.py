@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import parse, prefix, reassemble
+from specwatch.logs import parse, prefix, reassemble
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = sorted((ROOT / "tests" / "data" / "real_server_args").glob("*.txt"))
@@ -294,7 +294,7 @@ def test_simulation_is_tagged_only_when_on():
 def test_c_fast_path_prefilter_holds_every_header():
     """A header parse routes by but the C scanner's prefilter lacks would be silently skipped on
     the fast path: every parse.ANCHORS entry must contain one of the C anchors."""
-    src = (ROOT / "specwatch" / "_fastscan.c").read_text()
+    src = (ROOT / "specwatch" / "logs" / "_fastscan.c").read_text()
     block = src[src.index("static const char *ANCHORS[]"):]
     c_anchors = re.findall(r'"((?:[^"\\]|\\.)*)"', block[:block.index("NULL")])
     for h in parse.ANCHORS:
@@ -357,7 +357,8 @@ def test_new_formats_reach_the_store(tmp_path):
     """Real DuckDB: the vLLM config lines fill server_configs, the spec windows keep their depth
     with per-position rates cut at it, prefix parts are stored, and the real 0.5.12 server_args
     line gives its run a config (issue 18)."""
-    from specwatch import ingest, store
+    from specwatch.logs import ingest
+    from specwatch.db import store
     db = tmp_path / "f.duckdb"
     logs = ["vllm-0.26-dynamic-depth-k8s.log", "sglang-0.5.12-real-server-args.log",
             "sglang-0.5.23-dspark-simulated.log", "pasted-issue-report.log"]
@@ -436,7 +437,8 @@ def test_cri_partial_lines_and_ray_dedup_suffix():
 def test_vllm_runs_get_their_method_from_the_config_lines(tmp_path):
     """config_summary of an ingested vLLM log names the method, K and TP from its engine-config
     and non-default-args lines instead of 'vllm (unknown method)'."""
-    from specwatch import ingest, store
+    from specwatch.logs import ingest
+    from specwatch.db import store
     db = tmp_path / "v.duckdb"
     ingest.ingest_paths(db, [str(ROOT / "sample_logs" / "vllm-0.26-dynamic-depth-k8s.log"),
                              str(ROOT / "sample_logs" / "vllm-0.11-eagle3.log")])
@@ -454,7 +456,8 @@ def test_real_0512_h200_logs_store_every_decode_line_and_reject_none(tmp_path):
     the 0.5.12 server_args repr, and no metric line is rejected; the two dead servers' logs store
     their config and no window."""
     import re
-    from specwatch import ingest, store
+    from specwatch.logs import ingest
+    from specwatch.db import store
     real = ROOT / "tests" / "data" / "real_sglang_0.5.12_h200"
     db = tmp_path / "r.duckdb"
     ingest.ingest_paths(db, [str(real / n) for n in (

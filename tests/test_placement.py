@@ -10,7 +10,7 @@ from pathlib import Path
 
 import duckdb
 
-from specwatch import launch, sweep, sweepfile
+from specwatch.run import launch, sweep, sweepfile
 
 SWEEP = """\
 name = "place"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import types
 
-from specwatch.progress import Progress
+from specwatch.run.progress import Progress
 
 
 class _Terminal(io.StringIO):

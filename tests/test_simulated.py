@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 
 from conftest import SAMPLES, run_cli
-from specwatch import ingest, launch, parse, query, sweep, sweepfile
+from specwatch.logs import ingest, parse
+from specwatch.run import launch, sweep, sweepfile
+from specwatch.db import query
 
 BASE = SAMPLES / "sglang-0.5.23-llama8b-baseline.log"
 REAL = SAMPLES / "sglang-0.5.23-llama8b-eagle3-s3k1.log"

@@ -14,7 +14,7 @@ import time
 import duckdb
 import pytest
 
-from specwatch import query, store
+from specwatch.db import query, store
 from tests.conftest import ROOT, run_cli
 
 
@@ -182,7 +182,7 @@ def test_isolated_child_dies_with_its_caller(dbs, tmp_path):
     db, _ = dbs
     script = tmp_path / "caller.py"
     script.write_text(
-        "import sys\nsys.path.insert(0, %r)\nfrom specwatch import query\n"
+        "import sys\nsys.path.insert(0, %r)\nfrom specwatch.db import query\n"
         "query.run_sql(%r, 'SELECT sum(a.range // 7) FROM range(10000000000000) a', timeout_s=60, isolate=True)\n"
         % (str(ROOT), str(db)))
     caller = subprocess.Popen([sys.executable, str(script)])

@@ -20,7 +20,9 @@ import sys
 import pytest
 
 from conftest import ROOT, SAMPLES
-from specwatch import ingest, query, sampling, store, sweepfile, views
+from specwatch.logs import ingest
+from specwatch.db import query, sampling, store, views
+from specwatch.run import sweepfile
 
 MODEL = "/models/Llama-3.1-8B-Instruct"       # the sample server_args lines' model
 SPEC_ARGS = (SAMPLES / "sglang-0.5.23-llama8b-eagle3-wrong-aux-ids.log").read_text().splitlines()[0]

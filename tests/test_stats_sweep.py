@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from specwatch import query, sweepfile
+from specwatch.db import query
+from specwatch.run import sweepfile
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from specwatch import ingest, query, store
+from specwatch.logs import ingest
+from specwatch.db import query, store
 from tests.conftest import ROOT, SAMPLES, run_cli, Spawned
 
 LINE = ("[2026-01-01 00:00:00] Decode batch, #running-req: 1, #token: {seq}, token usage: 0.01, "

@@ -1,4 +1,4 @@
-"""Per-run partial sums (specwatch/summaries.py) equal the from-scratch views after every way
+"""Per-run partial sums (specwatch/db/summaries.py) equal the from-scratch views after every way
 windows reach the store: one-shot ingest, a live `specwatch tail` process, a tail that stops and
 resumes (small chunks: many folds, an idle gap straddling a chunk boundary), re-ingest of the same
 files, and a sweep writer's byte ranges (re-scoped runs). Real DuckDB files, real log files, real
@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from specwatch import ingest, store, summaries
+from specwatch.logs import ingest
+from specwatch.db import store, summaries
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_logs"

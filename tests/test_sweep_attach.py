@@ -16,7 +16,7 @@ import pytest
 
 from test_sweep_e2e import ROOT, leftovers, quiet, rows
 
-from specwatch import launch, load, sweep, sweepfile
+from specwatch.run import launch, load, sweep, sweepfile
 
 SWEEP = """\
 name = "{name}"

@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from specwatch import sweep, sweepfile
+from specwatch.run import sweep, sweepfile
 
 ROOT = Path(__file__).resolve().parent.parent
 

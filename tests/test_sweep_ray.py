@@ -25,7 +25,7 @@ from test_sweep_e2e import ROOT, leftovers, quiet, rows
 ray = pytest.importorskip("ray", reason="pip install 'specwatch[ray]' (scripts/test.sh does)")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from specwatch import sweep, sweepfile  # noqa: E402
+from specwatch.run import sweep, sweepfile  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

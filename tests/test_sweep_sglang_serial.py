@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import sweep, sweepfile
+from specwatch.run import sweep, sweepfile
 
 BASE = """
 name = "s"

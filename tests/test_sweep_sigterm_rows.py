@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from specwatch import launch
+from specwatch.run import launch
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import launch, sweepfile
-from specwatch.sweepfile import SweepFileError
+from specwatch.run import launch, sweepfile
+from specwatch.run.sweepfile import SweepFileError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -234,7 +234,7 @@ def test_a_config_job_is_picklable_for_remote_execution(tmp_path):
     """ARCHITECTURE decision 7: one config's unit of work can be shipped as a Ray task."""
     import pickle
 
-    from specwatch import measure
+    from specwatch.run import measure
 
     s = sweepfile.load(ROOT / "examples" / "builtin_sweep.toml")
     job = measure.ConfigJob(s, s.configs[1], (measure.RunKey(1, 0), measure.RunKey(4, 0)),

@@ -16,7 +16,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from specwatch import alerts, ingest, store
+from specwatch.logs import alerts, ingest
+from specwatch.db import store
 from tests.conftest import ROOT, SAMPLES, Spawned
 
 ARGS = ("[2026-10-31 09:30:00] server_args=ServerArgs(model_path='/m/t', speculative_algorithm="

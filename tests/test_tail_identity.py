@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from specwatch import store, tail
+from specwatch.db import store
+from specwatch.logs import tail
 
 RUN = "r1"
 
@@ -299,7 +300,7 @@ def test_a_record_written_in_pieces_is_stored_whole_never_as_a_piece(env):
     a prefill line cut at a field boundary (its first part parses whole: only the next line says
     it goes on). Each is stored once, joined; no piece is stored or rejected on its own."""
     from conftest import ROOT
-    from specwatch import parse, reassemble
+    from specwatch.logs import parse, reassemble
     db, log = env
     cfg = (ROOT / "tests/data/real_server_args/sglang-0.5.23-dict-eagle3.txt").read_text().strip()
     msg, k = cfg.encode(), reassemble.DOCKER_SPLIT

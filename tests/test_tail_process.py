@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import store
+from specwatch.db import store
 
 REPO = str(Path(__file__).resolve().parents[1])
 ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sglang.srt.server_args import prepare_server_args
 
-from specwatch import launch, sglang_check, sweepfile
+from specwatch.run import launch, sglang_check, sweepfile
 
 from .conftest import SGLANG_PY, SGLANG_VERSION, SPECWATCH_PY
 

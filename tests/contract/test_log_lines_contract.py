@@ -14,7 +14,7 @@ from sglang.srt.managers.scheduler_components.pool_stats_observer import PoolSta
 from sglang.srt.observability.metrics_collector import QueueCount
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from specwatch import parse
+from specwatch.logs import parse
 from specwatch.engine import sglang_log
 
 # (batch size, accepted drafts, generated tokens) per decode step; one line every INTERVAL steps

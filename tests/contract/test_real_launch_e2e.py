@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import query
+from specwatch.db import query
 
 from .conftest import SGLANG_PY, SPECWATCH_PY
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from sglang.srt.managers import tokenizer_manager as tm
 
-from specwatch import load
+from specwatch.run import load
 
 HIST = [3, 4, 2, 5]            # verify steps that accepted 0, 1, 2, 3 drafts
 VERIFY_CT = sum(HIST)          # 14

@@ -1,0 +1,402 @@
+"""The stored schema, declared once: one dataclass per table; DDL and inserts derive from them.
+
+Units are in column names (`_tok_s`, `_ms`, `_frac`, `_pct`). Every row that came from a log line
+carries `source_id` (the file's identity, see `sources`), `byte_offset` (where the line starts) and
+`line_no` (1-based), which together are its idempotency key. Missing values are NULL, never a
+default. The derived views (`config_summary`, ...) live in `views.py`, next to their formulas.
+
+This module is a leaf: it imports nothing from specwatch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import typing
+from dataclasses import dataclass, fields
+
+SCHEMA_VERSION = 18   # 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+
+
+def _t(sql: str):
+    """Annotate a field with its DuckDB type."""
+    return dataclasses.field(default=None, metadata={"sql": sql})
+
+
+@dataclass
+class Source:
+    """One log file identity and its ingest checkpoint. A file is the same source while its first
+    `fingerprint_len` bytes hash to `fingerprint` and the (up to) 1 KB just before `offset_bytes`
+    hash to `tail_fingerprint`; rotation, truncation or replacement makes a new one. The second hash
+    keeps two logs that start alike (same config, same second) apart.
+    `offset_bytes` (always at a line boundary) and `lines_done` advance in the same transaction as
+    the rows read before them."""
+
+    source_id: str = _t("VARCHAR PRIMARY KEY")
+    path: str = _t("VARCHAR")
+    device: int = _t("BIGINT")
+    inode: int = _t("BIGINT")
+    fingerprint: str = _t("VARCHAR")
+    fingerprint_len: int = _t("INTEGER")
+    offset_bytes: int = _t("BIGINT")
+    lines_done: int = _t("BIGINT")
+    first_seen: dt.datetime = _t("TIMESTAMP")
+    updated_at: dt.datetime = _t("TIMESTAMP")
+    tail_fingerprint: str = _t("VARCHAR")
+
+
+@dataclass
+class Run:
+    """A named unit of evidence: an ingested log (`origin='ingest'`), or one measurement of a sweep
+    config at one concurrency and repeat (`origin='sweep'`). Spec config columns hold what the run
+    was launched with (sweep) or NULL (ingest: the log's own server_args line is used instead).
+    Client-side metrics come from the load generator; NULL for ingested logs."""
+
+    run_id: str = _t("VARCHAR PRIMARY KEY")
+    run_name: str = _t("VARCHAR")
+    origin: str = _t("VARCHAR")
+    created_at: dt.datetime = _t("TIMESTAMP")
+    sweep_name: str = _t("VARCHAR")
+    config_name: str = _t("VARCHAR")
+    engine: str = _t("VARCHAR")
+    is_baseline: bool = _t("BOOLEAN")
+    concurrency: int = _t("INTEGER")
+    repeat_idx: int = _t("INTEGER")
+    status: str = _t("VARCHAR")             # ok | failed | skipped | running
+    failure_reason: str = _t("VARCHAR")
+    server_log_tail: str = _t("VARCHAR")
+    model_path: str = _t("VARCHAR")
+    draft_model_path: str = _t("VARCHAR")
+    speculative_algorithm: str = _t("VARCHAR")
+    speculative_num_steps: int = _t("INTEGER")
+    speculative_eagle_topk: int = _t("INTEGER")
+    speculative_num_draft_tokens: int = _t("INTEGER")
+    tp_size: int = _t("INTEGER")
+    dp_size: int = _t("INTEGER")
+    aux_layer_ids: str = _t("VARCHAR")      # JSON list, as configured in the draft
+    server_flags: str = _t("VARCHAR")       # JSON list of the extra flags passed
+    started_at: dt.datetime = _t("TIMESTAMP")
+    ended_at: dt.datetime = _t("TIMESTAMP")
+    duration_s: float = _t("DOUBLE")
+    requests_ok: int = _t("INTEGER")
+    requests_failed: int = _t("INTEGER")
+    output_tokens: int = _t("BIGINT")
+    output_tok_s: float = _t("DOUBLE")      # client: Σ output tokens / load wall time
+    request_per_s: float = _t("DOUBLE")
+    ttft_ms_p50: float = _t("DOUBLE")
+    ttft_ms_p90: float = _t("DOUBLE")
+    ttft_ms_p99: float = _t("DOUBLE")
+    itl_ms_p50: float = _t("DOUBLE")
+    itl_ms_p90: float = _t("DOUBLE")
+    itl_ms_p99: float = _t("DOUBLE")
+    tpot_ms_p50: float = _t("DOUBLE")
+    tpot_ms_p90: float = _t("DOUBLE")
+    tpot_ms_p99: float = _t("DOUBLE")
+    e2e_ms_p50: float = _t("DOUBLE")
+    e2e_ms_p90: float = _t("DOUBLE")
+    e2e_ms_p99: float = _t("DOUBLE")
+    client_accept_len: float = _t("DOUBLE")  # Σ completion tokens / Σ spec_verify_ct of responses
+    server_accept_len: float = _t("DOUBLE")  # /server_info avg_spec_accept_length after the load
+    # Where and when a sweep run was measured (measure/sweep): its position in the sweep's
+    # interleaved order and the seed that shuffled it, the GPU ids it had (JSON list), the node,
+    # how often Ray retried its task after a lost node, and the endpoint when attached (not launched).
+    run_order: int = _t("INTEGER")
+    order_seed: int = _t("BIGINT")
+    gpu_ids: str = _t("VARCHAR")
+    node_hostname: str = _t("VARCHAR")
+    # SGLang's version in the interpreter that launched the server (sweeps; NULL for ingested
+    # logs and the built-in engine): SGLang 0.5.x logs do not print it, and aux-id capture rules
+    # differ between versions (aux_layers.py)
+    sglang_version: str = _t("VARCHAR")
+    # What the model files said where the server was launched (NULL when not local there, e.g. a
+    # hub id): so `doctor` on a copy of the database, away from the files, still matches drafts by
+    # their weights and reads the ids against the target's architecture and depth.
+    draft_weights_sha1: str = _t("VARCHAR")   # modelinfo.weights_sha1 of the draft's directory
+    target_architecture: str = _t("VARCHAR")  # the target's config.json architectures[0]
+    target_num_layers: int = _t("INTEGER")    # the target's num_hidden_layers
+    ray_node_id: str = _t("VARCHAR")
+    ray_retries: int = _t("INTEGER")
+    attached_endpoint: str = _t("VARCHAR")
+    # JSON of what decides the generated tokens (sampling.sampling_fingerprint): temperature, top_p,
+    # top_k, ignore_eos, max tokens, chat template on/off, seed, prompts. NULL = unknown (ingested log).
+    # A speedup is computed only against a baseline with the same fingerprint (views.py).
+    sampling_fingerprint: str = _t("VARCHAR")
+
+
+@dataclass
+class RunSource:
+    """Which byte range of which log file belongs to a run ([offset_from, offset_to); NULL = open)."""
+
+    run_id: str = _t("VARCHAR")
+    source_id: str = _t("VARCHAR")
+    offset_from: int = _t("BIGINT")
+    offset_to: int = _t("BIGINT")
+
+
+@dataclass
+class _LineRow:
+    source_id: str = _t("VARCHAR")
+    byte_offset: int = _t("BIGINT")
+    line_no: int = _t("BIGINT")
+
+
+@dataclass
+class _SglangRow(_LineRow):
+    ts: dt.datetime = _t("TIMESTAMP")       # local time as printed, no zone
+    ts_text: str = _t("VARCHAR")
+    rank: str = _t("VARCHAR")               # tags as printed, "" = none
+    outer_ts_text: str = _t("VARCHAR")      # docker/k8s RFC3339 timestamp before the prefix
+    process: str = _t("VARCHAR")            # Ray actor / process tag, e.g. SGLangEngine pid=41820
+    dp_rank: int = _t("INTEGER")
+    tp_rank: int = _t("INTEGER")
+    pp_rank: int = _t("INTEGER")
+    ep_rank: int = _t("INTEGER")
+    forward_iter: int = _t("BIGINT")
+
+
+@dataclass
+class DecodeWindow(_SglangRow):
+    """One SGLang `Decode batch` line: averages over the last `decode_log_interval` decode steps of
+    one DP rank. `accept_rate_printed` follows the printing version's definition (three exist);
+    compare `config_summary.accept_rate` instead."""
+
+    running_req: int = _t("INTEGER")
+    kv_tokens: int = _t("BIGINT")
+    token_usage_frac: float = _t("DOUBLE")
+    accept_len: float = _t("DOUBLE")
+    accept_rate_printed: float = _t("DOUBLE")
+    graph_enabled: bool = _t("BOOLEAN")
+    graph_device: str = _t("VARCHAR")       # cuda | cpu | npu | musa (the printed label)
+    gen_throughput_tok_s: float = _t("DOUBLE")
+    queue_req: int = _t("INTEGER")
+    retracted_req: int = _t("INTEGER")
+    fwd_occupancy_pct: float = _t("DOUBLE")
+    fields: str = _t("JSON")                # every printed field, by normalised name
+
+
+@dataclass
+class PrefillWindow(_SglangRow):
+    """One SGLang `Prefill batch` line (one prefill or prefill chunk)."""
+
+    new_seq: int = _t("INTEGER")
+    new_tokens: int = _t("BIGINT")
+    cached_tokens: int = _t("BIGINT")
+    token_usage_frac: float = _t("DOUBLE")
+    running_req: int = _t("INTEGER")
+    queue_req: int = _t("INTEGER")
+    input_throughput_tok_s: float = _t("DOUBLE")
+    cache_hit_rate_pct: float = _t("DOUBLE")
+    graph_enabled: bool = _t("BOOLEAN")
+    fields: str = _t("JSON")
+
+
+@dataclass
+class VllmSpecWindow(_LineRow):
+    """One vLLM `SpecDecoding metrics:` (V1) or `Speculative metrics:` (V0) line."""
+
+    ts_text: str = _t("VARCHAR")            # vLLM prints no year
+    process: str = _t("VARCHAR")
+    outer_ts_text: str = _t("VARCHAR")      # docker/k8s RFC3339 timestamp before the prefix
+    mean_acceptance_length: float = _t("DOUBLE")
+    accepted_tokens: int = _t("BIGINT")
+    drafted_tokens: int = _t("BIGINT")
+    draft_acceptance_rate_pct: float = _t("DOUBLE")
+    accepted_throughput_tok_s: float = _t("DOUBLE")
+    drafted_throughput_tok_s: float = _t("DOUBLE")
+    per_position_acceptance_rate: list = _t("DOUBLE[]")  # cut at spec_depth where printed
+    spec_depth: int = _t("INTEGER")         # `Current speculative depth` (dynamic depth builds)
+    per_position_drafted_tokens: list = _t("INTEGER[]")  # per-position denominators, if printed
+    emitted_tokens: int = _t("BIGINT")
+    num_speculative_tokens: int = _t("INTEGER")
+    system_efficiency: float = _t("DOUBLE")
+    fields: str = _t("JSON")
+
+
+@dataclass
+class VllmThroughputWindow(_LineRow):
+    """One vLLM periodic `Avg prompt throughput: ...` line."""
+
+    ts_text: str = _t("VARCHAR")
+    process: str = _t("VARCHAR")
+    outer_ts_text: str = _t("VARCHAR")
+    engine: str = _t("VARCHAR")
+    avg_prompt_throughput_tok_s: float = _t("DOUBLE")
+    avg_generation_throughput_tok_s: float = _t("DOUBLE")
+    running_reqs: int = _t("INTEGER")
+    waiting_reqs: int = _t("INTEGER")
+    gpu_kv_cache_usage_pct: float = _t("DOUBLE")
+    prefix_cache_hit_rate_pct: float = _t("DOUBLE")
+    fields: str = _t("JSON")
+
+
+@dataclass
+class ServerConfig(_LineRow):
+    """The effective (resolved) config from a `server_args=` startup line. It applies to the decode
+    and prefill lines that follow it in the same source, until the next one."""
+
+    ts: dt.datetime = _t("TIMESTAMP")
+    form: str = _t("VARCHAR")               # repr (<= 0.5.18) | dict (0.5.19+)
+    model_path: str = _t("VARCHAR")
+    draft_model_path: str = _t("VARCHAR")
+    speculative_algorithm: str = _t("VARCHAR")
+    speculative_num_steps: int = _t("INTEGER")
+    speculative_eagle_topk: int = _t("INTEGER")
+    speculative_num_draft_tokens: int = _t("INTEGER")
+    tp_size: int = _t("INTEGER")
+    dp_size: int = _t("INTEGER")
+    ep_size: int = _t("INTEGER")
+    pp_size: int = _t("INTEGER")
+    decode_log_interval: int = _t("INTEGER")
+    disable_cuda_graph: bool = _t("BOOLEAN")
+    sglang_version: str = _t("VARCHAR")
+    # vLLM too (`vllm_engine_config` / `vllm_args` lines): see parse.derived_columns
+    ts_text: str = _t("VARCHAR")
+    process: str = _t("VARCHAR")
+    config_kind: str = _t("VARCHAR")        # server_args | vllm_engine_config | vllm_args
+    engine_name: str = _t("VARCHAR")        # sglang | vllm
+    engine_version: str = _t("VARCHAR")
+    speculative_block_size: int = _t("INTEGER")   # DFLASH / DSPARK block size
+    speculative_dynamic: str = _t("VARCHAR")      # "adaptive" (SGLang) or vLLM's schedule JSON
+    simulated: bool = _t("BOOLEAN")         # synthetic acceptance (vLLM); SGLang: `simulated` event
+    args: str = _t("JSON")
+
+
+@dataclass
+class Event(_LineRow):
+    """Readiness, fatal and retraction lines (kind: ready, init_failed, scheduler_exception, ...)."""
+
+    ts: dt.datetime = _t("TIMESTAMP")
+    kind: str = _t("VARCHAR")
+    message: str = _t("VARCHAR")
+
+
+@dataclass
+class RejectedLine(_LineRow):
+    """A line that started like a metric line but could not be parsed, with the reason."""
+
+    path: str = _t("VARCHAR")
+    kind: str = _t("VARCHAR")
+    reason: str = _t("VARCHAR")
+    field: str = _t("VARCHAR")
+    line_text: str = _t("VARCHAR")          # first 2000 characters
+
+
+@dataclass
+class Request:
+    """One request of a sweep's load: success or the error, latencies and the response's spec meta."""
+
+    run_id: str = _t("VARCHAR")
+    request_idx: int = _t("INTEGER")
+    is_warmup: bool = _t("BOOLEAN")
+    success: bool = _t("BOOLEAN")
+    error: str = _t("VARCHAR")
+    prompt_tokens: int = _t("INTEGER")
+    output_tokens: int = _t("INTEGER")
+    ttft_ms: float = _t("DOUBLE")
+    tpot_ms: float = _t("DOUBLE")
+    e2e_ms: float = _t("DOUBLE")
+    itl_ms: list = _t("DOUBLE[]")
+    spec_verify_ct: int = _t("INTEGER")
+    spec_accept_length: float = _t("DOUBLE")
+    spec_accept_histogram: list = _t("INTEGER[]")  # verify steps by accepted drafts, if reported
+    started_at: dt.datetime = _t("TIMESTAMP")
+
+
+@dataclass
+class Alert:
+    """A warning `specwatch tail` raised while following a log (rules: `specwatch/logs/alerts.py`):
+    which rule, the decode window that fired it (`source_id`, `byte_offset`, `line_no`: also its
+    idempotency key with `rule`), what was measured against what threshold, and the message."""
+
+    run_id: str = _t("VARCHAR")
+    source_id: str = _t("VARCHAR")
+    byte_offset: int = _t("BIGINT")
+    line_no: int = _t("BIGINT")
+    path: str = _t("VARCHAR")
+    dp_rank: int = _t("INTEGER")
+    rule: str = _t("VARCHAR")       # low_accept_len | no_accept | accept_len_trend | dp_rank_disagree
+    severity: str = _t("VARCHAR")   # warning
+    value: float = _t("DOUBLE")     # the measured value that crossed `threshold`
+    threshold: float = _t("DOUBLE")
+    windows: int = _t("INTEGER")    # decode windows the rule looked at
+    ts: dt.datetime = _t("TIMESTAMP")         # log time of the firing window
+    raised_at: dt.datetime = _t("TIMESTAMP")  # wall clock when tail raised it
+    message: str = _t("VARCHAR")
+
+
+@dataclass
+class RunWindowSums:
+    """Partial sums of one run's decode windows per (source, server config, DP rank, PP rank),
+    kept up to date as windows are stored (`specwatch/db/summaries.py`), so `run_metrics` reads these
+    instead of every window. What each sum is, and how `run_metrics` combines them, is in views.py
+    (`WINDOW_SUMS`); not a metric itself. `windows_all` counts every window, the `_k` sums skip the
+    windows after idle (`after_idle`), the `first_` columns are the partition's first window."""
+
+    run_id: str = _t("VARCHAR")
+    source_id: str = _t("VARCHAR")
+    config_offset: int = _t("BIGINT")
+    dp_rank: int = _t("INTEGER")
+    pp_rank: int = _t("INTEGER")
+    windows_all: int = _t("BIGINT")
+    last_byte_offset: int = _t("BIGINT")
+    last_ts: dt.datetime = _t("TIMESTAMP")
+    windows_k: int = _t("BIGINT")
+    al_num_k: float = _t("DOUBLE")
+    al_den_k: int = _t("BIGINT")
+    ar_num_k: float = _t("DOUBLE")
+    ar_den_k: int = _t("BIGINT")
+    gen_sum_k: float = _t("DOUBLE")
+    gen_n_k: int = _t("BIGINT")
+    graph_k: bool = _t("BOOLEAN")
+    first_al_num: float = _t("DOUBLE")
+    first_al_den: int = _t("BIGINT")
+    first_ar_num: float = _t("DOUBLE")
+    first_ar_den: int = _t("BIGINT")
+    first_gen_sum: float = _t("DOUBLE")
+    first_gen_n: int = _t("BIGINT")
+    first_graph: bool = _t("BOOLEAN")
+
+
+TABLES: dict[str, type] = {
+    "sources": Source,
+    "runs": Run,
+    "run_sources": RunSource,
+    "decode_windows": DecodeWindow,
+    "prefill_windows": PrefillWindow,
+    "vllm_spec_windows": VllmSpecWindow,
+    "vllm_throughput_windows": VllmThroughputWindow,
+    "server_configs": ServerConfig,
+    "events": Event,
+    "rejected_lines": RejectedLine,
+    "requests": Request,
+    "alerts": Alert,
+    "run_window_sums": RunWindowSums,
+}
+
+# Which table each parsed record kind goes to.
+KIND_TABLE = {
+    "sglang_decode": "decode_windows",
+    "sglang_prefill": "prefill_windows",
+    "vllm_spec_decode": "vllm_spec_windows",
+    "vllm_throughput": "vllm_throughput_windows",
+    "server_args": "server_configs",
+    "vllm_engine_config": "server_configs",
+    "vllm_args": "server_configs",
+}
+
+
+def columns(cls: type) -> list[tuple[str, str]]:
+    """[(name, duckdb type)] in declaration order (base-class fields first)."""
+    return [(f.name, f.metadata["sql"]) for f in fields(cls)]
+
+
+def ddl(table: str) -> str:
+    cols = ",\n  ".join(f"{name} {sql}" for name, sql in columns(TABLES[table]))
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n)"
+
+
+def column_names(table: str) -> list[str]:
+    return [f.name for f in fields(TABLES[table])]
+
+
+def python_type(cls: type, name: str):
+    return typing.get_type_hints(cls)[name]

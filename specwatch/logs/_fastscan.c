@@ -1,0 +1,624 @@
+/* Fast path for bulk ingest: scans a buffer of complete log lines in one pass and extracts the
+ * common SGLang `Decode batch` / `Prefill batch` shapes straight into Arrow-layout column buffers.
+ *
+ * It is an accelerator, not a second parser: a line is taken here only when it is printable ASCII,
+ * its prefix is a plain `[YYYY-MM-DD HH:MM:SS(.ffffff)( DPn| TPn| PPn| EPn)*] `, and every fragment is
+ * a known `key: value` whose value has a canonical shape and fits its column. Anything else that
+ * carries a line anchor is handed back to the Python parser (specwatch.logs.parse, the definition);
+ * tests/test_fastscan.py and tests/test_fuzz.py check that both store identical rows.
+ *
+ * Values are parsed, range-checked and re-printed from the parsed value (ints as int64, floats in
+ * Python's repr), never copied as text into JSON, so a stored row is always valid for its column.
+ *
+ * configure(reserved_keys)          normalised keys that must not land in the `fields` JSON
+ * scan(data, base_off, base_line, decode_bufs, prefill_bufs, slow_idx)
+ *   -> (n_decode, n_prefill, n_slow, first_bad_utf8, n_bad_utf8, first_binary, n_binary,
+ *       decode_str_lens, prefill_str_lens, n_lines)
+ * Each *_bufs is a tuple of caller-allocated writable buffers (see fastscan.py `_Kind`):
+ *   i64[N_I64][cap], i32[N_I32][cap], f64[N_F64][cap], i8[2][cap],
+ *   str_off[3][cap + 1] (int32), str_data0, str_data1, str_data2 (ts_text, rank, fields JSON).
+ * Integer NULL is INT64_MIN / INT32_MIN, float NULL is NaN, int8 NULL is -1, fields NULL is "".
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NULL_I64 INT64_MIN
+#define NULL_I32 INT32_MIN
+
+/* decode column slots (fastscan.py keeps the same order) */
+enum { D_OFF, D_LINE, D_ITER, D_TOK, D_TS, D_NI64 };
+enum { D_DP, D_TP, D_PP, D_EP, D_RUN, D_QUEUE, D_NI32 };
+enum { D_USAGE, D_AL, D_AR, D_GEN, D_NF64 };
+/* prefill column slots */
+enum { P_OFF, P_LINE, P_ITER, P_NEW, P_CACHED, P_TS, P_NI64 };
+enum { P_DP, P_TP, P_PP, P_EP, P_SEQ, P_RUN, P_QUEUE, P_NI32 };
+enum { P_USAGE, P_INPUT, P_HIT, P_NF64 };
+enum { G_FLAG, G_DEV };
+enum { S_TS, S_RANK, S_FIELDS, S_N };
+
+/* Every header specwatch.logs.parse routes by (parse.ANCHORS, tests/test_parse.py checks they agree):
+ * a line holding one of these and not taken here goes to the Python parser. */
+static const char *ANCHORS[] = {" batch", "server_args=", "metrics: ", "Avg prompt throughput:",
+                                "fired up and ready to roll", "Initialization failed.",
+                                "Scheduler hit an exception", "KV cache pool is full",
+                                "Received sigquit", "LLM engine (v",
+                                "non-default args:", "SpecDecoding timing",
+                                "SGLANG_SIMULATE_ACC_LEN=", "Error: ", ": error: ", NULL};
+
+#define MAX_RESERVED 128
+static char reserved[MAX_RESERVED][64];
+static int n_reserved = 0;
+
+static int has_anchor(const char *s, Py_ssize_t n) {
+    for (int i = 0; ANCHORS[i]; i++)
+        if (memmem(s, n, ANCHORS[i], strlen(ANCHORS[i]))) return 1;
+    return 0;
+}
+
+static int utf8_valid(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        int k;
+        if ((c & 0xE0) == 0xC0) { if (c < 0xC2) return 0; k = 1; }
+        else if ((c & 0xF0) == 0xE0) k = 2;
+        else if ((c & 0xF8) == 0xF0) { if (c > 0xF4) return 0; k = 3; }
+        else return 0;
+        for (int j = 1; j <= k; j++) {
+            if (i + j >= n || (s[i + j] & 0xC0) != 0x80) return 0;
+        }
+        if (k == 2) {
+            unsigned int cp = ((c & 0x0F) << 12) | ((s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+            if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        } else if (k == 3) {
+            unsigned int cp = ((c & 0x07) << 18) | ((s[i + 1] & 0x3F) << 12) |
+                              ((s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+            if (cp < 0x10000 || cp > 0x10FFFF) return 0;
+        }
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* canonical int: -?(0|[1-9][0-9]{0,17}) (parse.py's int is -?digits: `+3` is not one); anything
+ * longer goes to Python (which range-checks) */
+static int parse_int(const char *s, Py_ssize_t n, int64_t *out) {
+    Py_ssize_t i = 0;
+    int neg = 0;
+    if (n > 0 && s[0] == '-') { neg = 1; i = 1; }
+    if (i >= n || n - i > 18) return 0;
+    if (s[i] == '0' && n - i > 1) return 0;
+    int64_t v = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 1;
+}
+
+static int fits_i32(int64_t v) { return v >= -2147483647LL && v <= 2147483647LL; }
+
+/* plain decimal: [+-]?digits(.digits)? (no exponent, so always finite); `need_dot` for values
+ * whose digits-only form Python reads as an int. Up to 15 digits and 22 decimals the value is one
+ * exact division (Clinger's fast path: the correctly rounded result, as strtod and Python give);
+ * longer ones go through strtod. */
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static int parse_float(const char *s, Py_ssize_t n, double *out, int need_dot) {
+    if (n <= 0 || n > 30) return 0;
+    int dot = 0, digits = 0, frac = 0, neg = 0;
+    uint64_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c >= '0' && c <= '9') {
+            digits++;
+            frac += dot;
+            if (digits <= 19) m = m * 10 + (uint64_t)(c - '0');
+        }
+        else if (c == '.' && !dot && digits) dot = 1;
+        else if ((c == '-' || c == '+') && i == 0) neg = c == '-';
+        else return 0;
+    }
+    if (!digits || s[n - 1] == '.' || (need_dot && !dot)) return 0;
+    if (digits <= 15 && frac <= 22) {
+        double v = (double)m / POW10[frac];
+        *out = neg ? -v : v;
+        return 1;
+    }
+    char buf[32];
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    *out = strtod(buf, NULL);
+    return isfinite(*out);
+}
+
+/* Python's repr(float) (shortest round-trip digits; fixed notation for 1e-4 <= |v| < 1e16). */
+static int repr_double(double v, char *out, int cap) {
+    char e[40];
+    int p;
+    for (p = 1; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (strtod(e, NULL) == v) break;
+    }
+    /* e = [-]d[.ddd]e[+-]XX */
+    char digits[24];
+    int nd = 0, neg = 0;
+    const char *q = e;
+    if (*q == '-') { neg = 1; q++; }
+    while (*q && *q != 'e') { if (*q != '.') digits[nd++] = *q; q++; }
+    int exp10 = atoi(q + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    char tmp[64];
+    int o = 0;
+    if (neg) tmp[o++] = '-';
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 >= 0) {
+            for (int i = 0; i <= exp10; i++) tmp[o++] = i < nd ? digits[i] : '0';
+            tmp[o++] = '.';
+            if (nd > exp10 + 1) for (int i = exp10 + 1; i < nd; i++) tmp[o++] = digits[i];
+            else tmp[o++] = '0';
+        } else {
+            tmp[o++] = '0'; tmp[o++] = '.';
+            for (int i = 0; i < -exp10 - 1; i++) tmp[o++] = '0';
+            for (int i = 0; i < nd; i++) tmp[o++] = digits[i];
+        }
+    } else {
+        tmp[o++] = digits[0];
+        if (nd > 1) { tmp[o++] = '.'; for (int i = 1; i < nd; i++) tmp[o++] = digits[i]; }
+        o += snprintf(tmp + o, sizeof tmp - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+    }
+    if (o > cap) return -1;
+    memcpy(out, tmp, o);
+    return o;
+}
+
+/* the fragment's key equals a literal (constant length: compiled to a few compares) */
+#define KEQ(lit) (klen == (Py_ssize_t)sizeof(lit) - 1 && memcmp(frag, lit, sizeof(lit) - 1) == 0)
+
+static int span_eq(const char *s, Py_ssize_t n, const char *lit) {
+    size_t m = strlen(lit);
+    return (size_t)n == m && memcmp(s, lit, m) == 0;
+}
+
+static int64_t days_from_civil(int64_t y, int m, int d) {
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* Parse `[YYYY-MM-DD HH:MM:SS(.f{1,6})?( TAG)*] ` at the start; fills ts span, µs and rank tags. */
+static Py_ssize_t parse_prefix(const char *s, Py_ssize_t n, Py_ssize_t *ts_len, int64_t *ts_us,
+                               Py_ssize_t *rank_start, Py_ssize_t *rank_len, int64_t tags[4]) {
+    if (n < 22 || s[0] != '[') return -1;
+    const char *p = s + 1;
+    static const char pat[] = "dddd-dd-dd dd:dd:dd";
+    for (int i = 0; i < 19; i++) {
+        if (pat[i] == 'd') { if (p[i] < '0' || p[i] > '9') return -1; }
+        else if (p[i] != pat[i]) return -1;
+    }
+    int y = (p[0] - '0') * 1000 + (p[1] - '0') * 100 + (p[2] - '0') * 10 + (p[3] - '0');
+    int mo = (p[5] - '0') * 10 + (p[6] - '0'), d = (p[8] - '0') * 10 + (p[9] - '0');
+    int h = (p[11] - '0') * 10 + (p[12] - '0'), mi = (p[14] - '0') * 10 + (p[15] - '0');
+    int se = (p[17] - '0') * 10 + (p[18] - '0');
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] + (mo == 2 && leap) ||
+        h > 23 || mi > 59 || se > 59)
+        return -1; /* not a real time: the Python parser decides */
+    Py_ssize_t i = 1 + 19;
+    int64_t frac = 0;
+    if (i < n && s[i] == '.') {
+        Py_ssize_t j = i + 1;
+        while (j < n && s[j] >= '0' && s[j] <= '9') { frac = frac * 10 + (s[j] - '0'); j++; }
+        if (j == i + 1 || j - i - 1 > 6) return -1;
+        for (Py_ssize_t k = j - i - 1; k < 6; k++) frac *= 10;
+        i = j;
+    }
+    *ts_len = i - 1;
+    *ts_us = ((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se) * 1000000) + frac;
+    tags[0] = tags[1] = tags[2] = tags[3] = NULL_I64;
+    *rank_start = i;
+    while (i < n && s[i] == ' ') {
+        Py_ssize_t j = i + 1, k;
+        int which;
+        if (j + 2 < n && s[j] == 'D' && s[j + 1] == 'P') which = 0;
+        else if (j + 2 < n && s[j] == 'T' && s[j + 1] == 'P') which = 1;
+        else if (j + 2 < n && s[j] == 'P' && s[j + 1] == 'P') which = 2;
+        else if (j + 2 < n && s[j] == 'E' && s[j + 1] == 'P') which = 3;
+        else return -1; /* ATTN_CP, MOE_DP, ...: the Python parser handles them */
+        k = j + 2;
+        int64_t v = 0;
+        Py_ssize_t d0 = k;
+        while (k < n && s[k] >= '0' && s[k] <= '9') { v = v * 10 + (s[k] - '0'); k++; }
+        if (k == d0 || k - d0 > 9 || tags[which] != NULL_I64) return -1;
+        tags[which] = v;
+        i = k;
+    }
+    *rank_len = i - *rank_start;
+    if (*rank_len > 0) { (*rank_start)++; (*rank_len)--; }
+    if (i + 1 >= n || s[i] != ']' || s[i + 1] != ' ') return -1;
+    return i + 2;
+}
+
+/* Normalise a printed key like specwatch.logs.parse.normalize_key; returns length written, -1 if odd. */
+static Py_ssize_t norm_key(const char *k, Py_ssize_t n, char *out, Py_ssize_t cap) {
+    Py_ssize_t o = 0;
+    int paren = 0, pending_sep = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = k[i];
+        if (c == '(') { paren = 1; continue; }
+        if (paren) { if (c == ')') paren = 0; continue; }
+        if (c == ')') return -1; /* unbalanced: let Python decide */
+        if (c == '#') continue;
+        if (c >= 'A' && c <= 'Z') c = c - 'A' + 'a';
+        if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
+            if (pending_sep && o > 0) { if (o >= cap) return -1; out[o++] = '_'; }
+            pending_sep = 0;
+            if (o >= cap) return -1;
+            out[o++] = c;
+        } else {
+            pending_sep = 1;
+        }
+    }
+    return paren ? -1 : o;
+}
+
+static int is_reserved(const char *k, Py_ssize_t n) {
+    for (int i = 0; i < n_reserved; i++)
+        if (span_eq(k, n, reserved[i])) return 1;
+    return 0;
+}
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} jbuf;
+
+static int jput(jbuf *j, const char *s, Py_ssize_t n) {
+    if (j->len + n > j->cap) return 0;
+    memcpy(j->buf + j->len, s, n);
+    j->len += n;
+    return 1;
+}
+
+/* An extra key's value as JSON, printed from its parsed value the way json.dumps prints what
+ * parse._infer returns; 0 if its shape needs the Python parser (strings, exponents, ...). */
+static int json_value(jbuf *j, const char *v, Py_ssize_t n) {
+    int64_t iv;
+    double fv;
+    char tmp[48];
+    if (span_eq(v, n, "True")) return jput(j, "true", 4);
+    if (span_eq(v, n, "False")) return jput(j, "false", 5);
+    if (parse_int(v, n, &iv)) {
+        int m = snprintf(tmp, sizeof tmp, "%lld", (long long)iv);
+        return jput(j, tmp, m);
+    }
+    int pct = n > 1 && v[n - 1] == '%';
+    if (parse_float(v, pct ? n - 1 : n, &fv, !pct)) {
+        int m = repr_double(fv, tmp, sizeof tmp);
+        return m > 0 && jput(j, tmp, m);
+    }
+    return 0;
+}
+
+/* One output table: column buffers in Arrow layout (see fastscan.py). */
+typedef struct {
+    Py_buffer views[8];
+    int64_t *i64; int32_t *i32; double *f64; int8_t *i8; int32_t *soff;
+    jbuf str[S_N];
+    Py_ssize_t cap, n;
+} table_t;
+
+static int table_open(table_t *t, PyObject *tup, int ni64, int ni32, int nf64) {
+    memset(t, 0, sizeof *t);
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) != 8) {
+        PyErr_SetString(PyExc_TypeError, "expected a tuple of 8 buffers");
+        return 0;
+    }
+    for (int i = 0; i < 8; i++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tup, i), &t->views[i], PyBUF_WRITABLE) < 0) {
+            for (int k = 0; k < i; k++) PyBuffer_Release(&t->views[k]);
+            return 0;
+        }
+    }
+    t->cap = t->views[0].len / (Py_ssize_t)(ni64 * sizeof(int64_t));
+    if (t->views[1].len < t->cap * ni32 * (Py_ssize_t)sizeof(int32_t) ||
+        t->views[2].len < t->cap * nf64 * (Py_ssize_t)sizeof(double) ||
+        t->views[3].len < t->cap * 2 || t->views[4].len < (t->cap + 1) * S_N * (Py_ssize_t)sizeof(int32_t)) {
+        for (int k = 0; k < 8; k++) PyBuffer_Release(&t->views[k]);
+        PyErr_SetString(PyExc_ValueError, "column buffers are smaller than the capacity");
+        return 0;
+    }
+    t->i64 = t->views[0].buf; t->i32 = t->views[1].buf; t->f64 = t->views[2].buf;
+    t->i8 = t->views[3].buf; t->soff = t->views[4].buf;
+    for (int s = 0; s < S_N; s++) {
+        t->str[s].buf = t->views[5 + s].buf;
+        t->str[s].cap = t->views[5 + s].len;
+        t->str[s].len = 0;
+        t->soff[s * (t->cap + 1)] = 0;
+    }
+    return 1;
+}
+
+static void table_close(table_t *t) {
+    for (int k = 0; k < 8; k++) PyBuffer_Release(&t->views[k]);
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *keys;
+    if (!PyArg_ParseTuple(args, "O", &keys)) return NULL;
+    PyObject *seq = PySequence_Fast(keys, "reserved keys must be a sequence of str");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_RESERVED) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "too many keys"); return NULL; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len;
+        const char *s = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len);
+        if (!s || len >= 64) {
+            Py_DECREF(seq);
+            if (s) PyErr_SetString(PyExc_ValueError, "reserved key too long");
+            return NULL;
+        }
+        memcpy(reserved[i], s, len + 1);
+    }
+    n_reserved = (int)n;
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer data, sl;
+    long long base_off, base_line;
+    PyObject *dtup, *ptup;
+    if (!PyArg_ParseTuple(args, "y*LLOOw*", &data, &base_off, &base_line, &dtup, &ptup, &sl))
+        return NULL;
+    table_t D, P;
+    if (!table_open(&D, dtup, D_NI64, D_NI32, D_NF64)) { PyBuffer_Release(&data); PyBuffer_Release(&sl); return NULL; }
+    if (!table_open(&P, ptup, P_NI64, P_NI32, P_NF64)) {
+        table_close(&D); PyBuffer_Release(&data); PyBuffer_Release(&sl); return NULL;
+    }
+    const char *s = data.buf;
+    Py_ssize_t n = data.len;
+    int64_t *SL = sl.buf;
+    Py_ssize_t scap = sl.len / (Py_ssize_t)(2 * sizeof(int64_t));
+    Py_ssize_t ns = 0;
+    long long first_bad = -1, n_bad = 0, first_bin = -1, n_bin = 0;
+    int overflow = 0;
+    Py_ssize_t pos = 0;
+    int64_t line_no = base_line;
+    char key[96];
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < n) {
+        const char *nl = memchr(s + pos, '\n', n - pos);
+        if (!nl) break;
+        Py_ssize_t len = nl - (s + pos);
+        const char *L = s + pos;
+        int64_t off = base_off + pos;
+        pos += len + 1;
+        line_no++;
+        /* one pass: is the line printable ASCII (the only lines taken here)? */
+        int plain = 1;
+        for (Py_ssize_t i = 0; i < len; i++) {
+            unsigned char c = (unsigned char)L[i];
+            plain &= (c >= 0x20) & (c < 0x7f);
+        }
+        if (!plain) {
+            if (memchr(L, 0, len)) {
+                if (first_bin < 0) first_bin = line_no;
+                n_bin++;
+                continue;
+            }
+            int ascii = 1;
+            for (Py_ssize_t i = 0; i < len; i++) if ((unsigned char)L[i] >= 0x80) { ascii = 0; break; }
+            if (!ascii && !utf8_valid((const unsigned char *)L, len)) {
+                if (first_bad < 0) first_bad = line_no;
+                n_bad++;
+            }
+        }
+        Py_ssize_t ts_len = 0, rank_start = 0, rank_len = 0;
+        int64_t tags[4], ts_us = 0;
+        Py_ssize_t b = plain ? parse_prefix(L, len, &ts_len, &ts_us, &rank_start, &rank_len, tags) : -1;
+        int kind = 0; /* 1 decode, 2 prefill */
+        if (b > 0) {
+            if (len - b > 13 && memcmp(L + b, "Decode batch", 12) == 0) { kind = 1; b += 12; }
+            else if (len - b > 14 && memcmp(L + b, "Prefill batch", 13) == 0) { kind = 2; b += 13; }
+        }
+        if (!kind && !has_anchor(L, len)) continue;
+        table_t *T = kind == 1 ? &D : &P;
+        int ok = kind != 0 && T->n < T->cap;
+        int64_t iter = NULL_I64;
+        if (ok && L[b] == ' ' && b + 1 < len && L[b + 1] == '[') {
+            Py_ssize_t k = b + 2;
+            int64_t v = 0;
+            Py_ssize_t d0 = k;
+            while (k < len && L[k] >= '0' && L[k] <= '9' && k - d0 < 18) { v = v * 10 + (L[k] - '0'); k++; }
+            if (k == d0 || k >= len || L[k] != ']') ok = 0;
+            else { iter = v; b = k + 1; }
+        }
+        if (ok && !(b + 1 < len && (L[b] == ',' || L[b] == '.') && L[b + 1] == ' ')) ok = 0;
+        b += 2;
+        int64_t ints[8];
+        double flts[4];
+        int8_t graph = -1, dev = -1;
+        for (int i = 0; i < 8; i++) ints[i] = NULL_I64;
+        for (int i = 0; i < 4; i++) flts[i] = NAN;
+        jbuf *J = &T->str[S_FIELDS];
+        Py_ssize_t json_start = J->len;
+        int nextra = 0;
+        /* body as parse.py cuts it: trailing spaces, then one ',' dropped; split on ", " */
+        Py_ssize_t end = len;
+        while (end > b && L[end - 1] == ' ') end--;
+        if (end > b && L[end - 1] == ',') end--;
+        Py_ssize_t p = b;
+        if (ok) {
+            const char *fk = kind == 1 ? "#running-req: " : "#new-seq: ";
+            size_t fkl = strlen(fk);
+            if ((size_t)(end - p) < fkl || memcmp(L + p, fk, fkl) != 0) ok = 0;
+            if (memmem(L + p, end - p, " batch", 6)) ok = 0; /* pasted lines: Python rejects */
+        }
+        while (ok) {
+            const char *frag = L + p;
+            /* one pass: the first ": " (key end) and the first ", " (fragment end) */
+            const char *colon = NULL, *sep = NULL;
+            for (const char *q = frag, *qe = L + end - 1; q < qe; q++) {
+                if (q[1] != ' ') continue;
+                if (*q == ',') { sep = q; break; }
+                if (*q == ':' && !colon) colon = q;
+            }
+            Py_ssize_t flen = sep ? sep - frag : end - p;
+            if (!colon) { ok = 0; break; } /* includes an empty fragment (", , ") */
+            Py_ssize_t klen = colon - frag;
+            const char *v = colon + 2;
+            Py_ssize_t vlen = flen - klen - 2;
+            while (vlen > 0 && v[vlen - 1] == ' ') vlen--;
+            if (vlen <= 0 || v[0] == ' ') { ok = 0; break; }
+            int64_t iv;
+            double fv;
+            int slot = -1, fslot = -1, isbool = 0, is32 = 0;
+            if (kind == 1) {
+                if (KEQ("#running-req")) { slot = 0; is32 = 1; }
+                else if (KEQ("#token")) slot = 1;
+                else if (KEQ("#queue-req")) { slot = 2; is32 = 1; }
+                else if (KEQ("token usage")) fslot = 0;
+                else if (KEQ("accept len")) fslot = 1;
+                else if (KEQ("accept rate")) fslot = 2;
+                else if (KEQ("gen throughput (token/s)")) fslot = 3;
+            } else {
+                if (KEQ("#new-seq")) { slot = 0; is32 = 1; }
+                else if (KEQ("#new-token")) slot = 1;
+                else if (KEQ("#cached-token")) slot = 2;
+                else if (KEQ("#running-req")) { slot = 3; is32 = 1; }
+                else if (KEQ("#queue-req")) { slot = 4; is32 = 1; }
+                else if (KEQ("token usage")) fslot = 0;
+                else if (KEQ("input throughput (token/s)")) fslot = 1;
+            }
+            if (KEQ("cuda graph")) { isbool = 1; dev = 0; }
+            else if (KEQ("cpu graph")) { isbool = 1; dev = 1; }
+            else if (KEQ("npu graph")) { isbool = 1; dev = 2; }
+            else if (KEQ("musa graph")) { isbool = 1; dev = 3; }
+            if (slot >= 0) {
+                if (ints[slot] != NULL_I64 || !parse_int(v, vlen, &iv) || (is32 && !fits_i32(iv))) {
+                    ok = 0; break;
+                }
+                ints[slot] = iv;
+            } else if (fslot >= 0) {
+                if (!isnan(flts[fslot]) || !parse_float(v, vlen, &fv, 0)) { ok = 0; break; }
+                flts[fslot] = fv;
+            } else if (isbool) {
+                if (graph != -1) { ok = 0; break; }
+                if (vlen == 4 && memcmp(v, "True", 4) == 0) graph = 1;
+                else if (vlen == 5 && memcmp(v, "False", 5) == 0) graph = 0;
+                else { ok = 0; break; }
+            } else if (kind == 2 && KEQ("cache hit rate")) {
+                if (vlen < 2 || v[vlen - 1] != '%' || !parse_float(v, vlen - 1, &fv, 0) || !isnan(flts[2])) {
+                    ok = 0; break;
+                }
+                flts[2] = fv;
+            } else {
+                /* an extra key: kept in the `fields` JSON, by its normalised name */
+                Py_ssize_t kn = norm_key(frag, klen, key, sizeof key);
+                if (kn <= 0 || is_reserved(key, kn)) { ok = 0; break; }
+                /* a duplicate (or a key that contains an earlier one) goes to Python */
+                if (memmem(J->buf + json_start, J->len - json_start, key, kn)) { ok = 0; break; }
+                if (!jput(J, nextra ? ",\"" : "{\"", 2) || !jput(J, key, kn) ||
+                    !jput(J, "\":", 2) || !json_value(J, v, vlen)) { ok = 0; break; }
+                nextra++;
+            }
+            if (!sep) break;
+            p += flen + 2;
+            if (p >= end) { ok = 0; break; } /* a trailing empty fragment: Python rejects it */
+        }
+        if (ok) {
+            /* required fields, as declared in formats/lines.toml */
+            if (kind == 1 && (ints[0] == NULL_I64 || isnan(flts[3]) || ints[2] == NULL_I64)) ok = 0;
+            if (kind == 2 && (ints[0] == NULL_I64 || ints[1] == NULL_I64 || ints[4] == NULL_I64)) ok = 0;
+        }
+        if (ok && nextra && !jput(J, "}", 1)) ok = 0;
+        /* A record is only complete when the next line cannot continue it (reassemble.py holds
+         * every record for one line): take it only when the next line starts a record of its
+         * own (`[YYYY-MM-DD ` / `[YYYY-MM-DDT`, a strict part of STARTS_RECORD) or is empty. The
+         * last line of the buffer goes to Python, which holds it until the next chunk. */
+        if (ok) {
+            if (pos >= n) ok = 0;
+            else if (s[pos] != '\n') {
+                const char *q = s + pos;
+                ok = n - pos >= 12 && q[0] == '[' && q[5] == '-' && q[8] == '-' &&
+                     (q[11] == ' ' || q[11] == 'T');
+                for (int k = 1; ok && k <= 10; k++)
+                    if (k != 5 && k != 8 && (q[k] < '0' || q[k] > '9')) ok = 0;
+            }
+        }
+        if (ok && (!jput(&T->str[S_TS], L + 1, ts_len) || !jput(&T->str[S_RANK], L + rank_start, rank_len)))
+            ok = 0;
+        if (!ok) {
+            if (kind) {
+                /* undo this row's partial string output */
+                J->len = json_start;
+                T->str[S_TS].len = T->soff[S_TS * (T->cap + 1) + T->n];
+                T->str[S_RANK].len = T->soff[S_RANK * (T->cap + 1) + T->n];
+            }
+            if (ns >= scap) { overflow = 1; break; }
+            SL[2 * ns] = off - base_off; SL[2 * ns + 1] = line_no; ns++;
+            continue;
+        }
+        Py_ssize_t r = T->n, C = T->cap;
+        for (int k = 0; k < S_N; k++) T->soff[k * (C + 1) + r + 1] = (int32_t)T->str[k].len;
+        int32_t rk[4];
+        for (int k = 0; k < 4; k++) rk[k] = tags[k] == NULL_I64 ? NULL_I32 : (int32_t)tags[k];
+        if (kind == 1) {
+            T->i64[D_OFF * C + r] = off; T->i64[D_LINE * C + r] = line_no;
+            T->i64[D_ITER * C + r] = iter; T->i64[D_TOK * C + r] = ints[1]; T->i64[D_TS * C + r] = ts_us;
+            T->i32[D_DP * C + r] = rk[0]; T->i32[D_TP * C + r] = rk[1];
+            T->i32[D_PP * C + r] = rk[2]; T->i32[D_EP * C + r] = rk[3];
+            T->i32[D_RUN * C + r] = (int32_t)ints[0];
+            T->i32[D_QUEUE * C + r] = (int32_t)ints[2];
+            T->f64[D_USAGE * C + r] = flts[0]; T->f64[D_AL * C + r] = flts[1];
+            T->f64[D_AR * C + r] = flts[2]; T->f64[D_GEN * C + r] = flts[3];
+        } else {
+            T->i64[P_OFF * C + r] = off; T->i64[P_LINE * C + r] = line_no;
+            T->i64[P_ITER * C + r] = iter; T->i64[P_NEW * C + r] = ints[1];
+            T->i64[P_CACHED * C + r] = ints[2]; T->i64[P_TS * C + r] = ts_us;
+            T->i32[P_DP * C + r] = rk[0]; T->i32[P_TP * C + r] = rk[1];
+            T->i32[P_PP * C + r] = rk[2]; T->i32[P_EP * C + r] = rk[3];
+            T->i32[P_SEQ * C + r] = (int32_t)ints[0];
+            T->i32[P_RUN * C + r] = ints[3] == NULL_I64 ? NULL_I32 : (int32_t)ints[3];
+            T->i32[P_QUEUE * C + r] = (int32_t)ints[4];
+            T->f64[P_USAGE * C + r] = flts[0]; T->f64[P_INPUT * C + r] = flts[1];
+            T->f64[P_HIT * C + r] = flts[2];
+        }
+        T->i8[G_FLAG * C + r] = graph;
+        T->i8[G_DEV * C + r] = graph >= 0 ? dev : -1;
+        T->n++;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (overflow) PyErr_SetString(PyExc_ValueError, "slow-line index is smaller than the line count");
+    else
+        res = Py_BuildValue("nnnLLLL(nnn)(nnn)L", D.n, P.n, ns, first_bad, n_bad, first_bin, n_bin,
+                            D.str[0].len, D.str[1].len, D.str[2].len,
+                            P.str[0].len, P.str[1].len, P.str[2].len,
+                            (long long)(line_no - base_line));
+    table_close(&D); table_close(&P);
+    PyBuffer_Release(&data); PyBuffer_Release(&sl);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "Scan complete log lines; see the module source for the layout."},
+    {"configure", configure, METH_VARARGS, "Set the normalised keys that never go to `fields`."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_fastscan", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fastscan(void) { return PyModule_Create(&mod); }

@@ -1,82 +1,53 @@
-"""Drive a workload against a ready server over HTTP: streaming /generate, one row per request.
+"""Drive a workload against a ready server over HTTP: one streamed request per prompt, one row each.
 
 Prompts come from a built-in set (`specwatch/run/workloads/*.jsonl`), a JSONL file or a ShareGPT file,
-and are sampled with the workload's seed, so every config sees the same requests. Each request is
-a streaming SGLang `/generate` (SSE; every event carries the cumulative text and `meta_info`), so
-TTFT and inter-token latency are measured on the client:
-
-  ttft_ms   = time of the first event that carries >= 1 completion token − send time
-  itl_ms    = for each later event that adds k tokens: its gap to the previous such event / k,
-              repeated k times (a speculative step delivers several tokens at once; this is
-              SGLang bench_serving's "adjusted ITL", so the list has output_tokens − 1 entries)
-  tpot_ms   = (e2e_ms − ttft_ms) / (output_tokens − 1)   (NULL with fewer than 2 tokens)
-  e2e_ms    = last event − send time
+and are sampled with the workload's seed, so every config sees the same requests. How one request
+is sent and timed (TTFT, ITL, TPOT, E2E; SGLang's `/generate` or the OpenAI `/v1/completions`)
+is `client.send`'s job; this module decides which requests are sent when.
 
 Failures are data: an HTTP error, a refused connection or a timeout becomes a row with `success =
 False` and the error text. `probe()` sends one request first and fails fast when the server cannot
 serve at all. `summarize()` turns rows into the run's client-side numbers.
 
-Not here: starting servers (see `launch`), storing rows (see `writer`).
+Not here: starting servers (see `launch`), storing rows (see `writer`), the HTTP of one request
+(see `client`).
 """
 from __future__ import annotations
 
-import datetime as dt
 import http.client
 import json
 import math
 import socket
-import urllib.parse
 import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from specwatch.run import procs
-from specwatch.run.sweepfile import BUILTIN_PREFIX, PROMPT_SETS, Workload
+from specwatch.run.client import (  # noqa: F401 (this module's interface, as before)
+    API_GENERATE, HOST, ClientError, RequestResult, RequestSpec, health, send)
+from specwatch.run import client
+from specwatch.run.client import error_text as _error_text  # noqa: F401
+from specwatch.run.client import get as _get, post as _post
+from specwatch.engine import BUILTIN_PREFIX
+from specwatch.run.sweepfile import PROMPT_SETS, Workload
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
-HOST = "127.0.0.1"
 
 
 class LoadError(RuntimeError):
     """The workload cannot be built (unreadable or empty prompt file), with file:line."""
 
 
-@dataclass(frozen=True)
-class RequestSpec:
-    prompt: str
-    max_new_tokens: int
-
-
-@dataclass
-class RequestResult:
-    """One request, named as `schema.Request` (minus run_id)."""
-
-    request_idx: int
-    is_warmup: bool
-    success: bool
-    error: str | None = None
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-    itl_ms: list[float] = field(default_factory=list)
-    spec_verify_ct: int | None = None
-    spec_accept_length: float | None = None
-    spec_accept_histogram: list[int] | None = None
-    started_at: dt.datetime | None = None
-    # not stored: when it finished (for the load's wall time)
-    finished_mono: float | None = None
-    started_mono: float | None = None
-
-    def row(self) -> dict:
-        d = asdict(self)
-        d.pop("finished_mono")
-        d.pop("started_mono")
-        return d
+def target_of(endpoint: str) -> tuple[str, int]:
+    """(host, port) of an endpoint URL such as http://10.0.0.5:30000 (attach mode); `client.target_of`,
+    failing with LoadError."""
+    try:
+        return client.target_of(endpoint)
+    except ClientError as exc:
+        raise LoadError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------- prompts
@@ -165,53 +136,6 @@ def build_requests(workload: Workload, prompts: list[str]) -> tuple[list[Request
 
 # ------------------------------------------------------------------------------- HTTP
 
-def target_of(endpoint: str) -> tuple[str, int]:
-    """(host, port) of an endpoint URL such as http://10.0.0.5:30000 (attach mode)."""
-    u = urllib.parse.urlsplit(endpoint if "//" in endpoint else "http://" + endpoint)
-    if u.scheme not in ("http", "") or not u.hostname or u.path not in ("", "/"):
-        raise LoadError(f"endpoint {endpoint!r}: expected http://HOST:PORT (no path; https is not "
-                        "supported)")
-    try:
-        return u.hostname, u.port or 80
-    except ValueError as exc:
-        raise LoadError(f"endpoint {endpoint!r}: {exc}") from None
-
-
-def _conn(target, timeout_s: float) -> http.client.HTTPConnection:
-    """`target`: a port on 127.0.0.1 (launched servers) or (host, port) (attach mode)."""
-    host, port = target if isinstance(target, tuple) else (HOST, target)
-    return http.client.HTTPConnection(host, port, timeout=timeout_s)
-
-
-def health(target, timeout_s: float = 5.0) -> int | None:
-    """HTTP status of GET /health, or None if nothing answers."""
-    try:
-        return _get(target, "/health", timeout_s)[0]
-    except (OSError, http.client.HTTPException):
-        return None
-
-
-def _post(port, path: str, body: dict | None, timeout_s: float) -> tuple[int, bytes]:
-    conn = _conn(port, timeout_s)
-    try:
-        data = json.dumps(body).encode() if body is not None else b""
-        conn.request("POST", path, data, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
-def _get(port, path: str, timeout_s: float) -> tuple[int, bytes]:
-    conn = _conn(port, timeout_s)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
 def flush_cache(port: int, timeout_s: float = 30.0, attempts: int = 20) -> None:
     """POST /flush_cache (resets SGLang's spec counters, LOG_FORMATS §4.3). SGLang refuses while
     requests are pending, so retry briefly. Raises LoadError if it never succeeds."""
@@ -260,101 +184,11 @@ def server_accept_len(info: dict | None) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def send(port, spec: RequestSpec, idx: int, is_warmup: bool, temperature: float,
-         seed: int | None, timeout_s: float, conns: set | None = None) -> RequestResult:
-    """One streaming /generate; never raises for server or network problems."""
-    res = RequestResult(request_idx=idx, is_warmup=is_warmup, success=False,
-                        started_at=dt.datetime.now())
-    sp = {"max_new_tokens": spec.max_new_tokens, "temperature": temperature, "ignore_eos": True}
-    if seed is not None and temperature > 0:
-        sp["sampling_seed"] = seed
-    body = json.dumps({"text": spec.prompt, "sampling_params": sp, "stream": True}).encode()
-    t0 = time.perf_counter()
-    res.started_mono = time.monotonic()
-    last_t, last_n, meta = None, 0, None
-    conn = _conn(port, timeout_s)
-    sock = None
-    try:
-        conn.connect()
-        sock = conn.sock
-        if conns is not None:      # run() may cut it (hung server); the response keeps using it
-            conns.add(sock)
-        conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            text = resp.read()[:500].decode(errors="replace")
-            res.error = f"HTTP {resp.status}: {_error_text(text)}"
-            return res
-        for raw in resp:   # SSE: "data: {...}\n\n"
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                break
-            now = time.perf_counter()
-            obj = json.loads(payload)
-            if "error" in obj:
-                res.error = f"stream error: {_error_text(json.dumps(obj))}"
-                return res
-            meta = obj.get("meta_info") or {}
-            n = meta.get("completion_tokens", 0) or 0
-            if n <= last_n:
-                continue
-            if last_t is None:
-                res.ttft_ms = (now - t0) * 1000
-            else:
-                gap = (now - last_t) * 1000 / (n - last_n)
-                res.itl_ms.extend([gap] * (n - last_n))
-            last_t, last_n = now, n
-    except TimeoutError:
-        res.error = f"TimeoutError: no answer within {timeout_s:.0f} s (timed out)"
-        return res
-    except (OSError, http.client.HTTPException, json.JSONDecodeError, ValueError) as exc:
-        res.error = f"{type(exc).__name__}: {exc}"
-        return res
-    finally:
-        conn.close()
-        if conns is not None:
-            conns.discard(sock)
-        res.finished_mono = time.monotonic()
-    end = time.perf_counter()
-    if meta is None:
-        res.error = "the stream ended without any event"
-        return res
-    res.e2e_ms = (end - t0) * 1000
-    res.output_tokens = meta.get("completion_tokens")
-    res.prompt_tokens = meta.get("prompt_tokens")
-    res.spec_verify_ct = meta.get("spec_verify_ct")
-    res.spec_accept_length = meta.get("spec_accept_length")
-    # SGLang 0.5.12+ sends spec_correct_drafts_histogram, older versions spec_accept_histogram
-    hist = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
-    res.spec_accept_histogram = hist if isinstance(hist, list) else None
-    if res.output_tokens and res.output_tokens > 1 and res.ttft_ms is not None:
-        res.tpot_ms = (res.e2e_ms - res.ttft_ms) / (res.output_tokens - 1)
-    if not res.output_tokens:
-        res.error = "no tokens generated"
-        return res
-    res.success = True
-    return res
-
-
-def _error_text(text: str) -> str:
-    try:
-        obj = json.loads(text)
-        if isinstance(obj, dict):
-            err = obj.get("error", obj)
-            msg = err.get("message") if isinstance(err, dict) else err
-            return str(msg or obj.get("message") or text)
-    except json.JSONDecodeError:
-        pass
-    return text
-
-
-def probe(port: int, spec: RequestSpec, temperature: float, timeout_s: float) -> RequestResult:
+def probe(port: int, spec: RequestSpec, temperature: float, timeout_s: float,
+          api: str = API_GENERATE) -> RequestResult:
     """One request before timing; its error (if any) tells why the server cannot serve."""
     return send(port, RequestSpec(spec.prompt, min(spec.max_new_tokens, 8)), -1, True,
-                temperature, None, timeout_s)
+                temperature, None, timeout_s, api=api)
 
 
 @dataclass
@@ -373,9 +207,11 @@ HEALTH_FAILURES = 2                 # ... and this many failed probes in a row a
 
 def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, seed: int,
         timeout_s: float, is_warmup: bool = False, first_idx: int = 0,
-        stop: threading.Event | None = None, on_done=None) -> LoadResult:
+        stop: threading.Event | None = None, on_done=None, api: str = API_GENERATE
+        ) -> LoadResult:
     """Send `specs` with at most `concurrency` in flight (closed loop, like bench_serving's
-    --max-concurrency). `stop` set: no new requests are sent; those in flight finish.
+    --max-concurrency), each through `client.send` over `api`. `stop` set: no new requests are
+    sent; those in flight finish.
 
     A hung server aborts the load instead of costing len(specs) x timeout_s: after HANG_TIMEOUTS
     consecutive request timeouts, or HEALTH_FAILURES consecutive failed /health probes (one every
@@ -405,7 +241,7 @@ def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, se
         if (stop is not None and stop.is_set()) or abort.is_set():
             return
         r = send(port, specs[i], first_idx + i, is_warmup, temperature,
-                 seed + first_idx + i, timeout_s, conns)
+                 seed + first_idx + i, timeout_s, conns, api=api)
         if abort.is_set() and r.success:     # cut short by the abort: not a complete answer
             r.success, r.error = False, "cut: the load was aborted (server hangs)"
         results[i] = r

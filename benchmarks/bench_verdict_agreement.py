@@ -2,7 +2,7 @@
 
 Runs `specwatch run-sweep examples/builtin_sweep.toml` N times (default 3), each into its own
 fresh database (nothing shared: every run starts its own servers), reads each one's
-`config_stats` / `concurrency_winners` (views.py), and prints, per (config, concurrency), the
+`config_stats` / `concurrency_winners` (specwatch/db/stats.py), and prints, per (config, concurrency), the
 verdict and speedup [95% CI] of every run, whether the verdicts agree, and per concurrency whether
 the winner (or "no clear winner") agrees. Writes benchmarks/results/verdict_agreement.{md,json}
 with the commit, the machine and the engine weights' hashes.
@@ -170,7 +170,7 @@ def main() -> int:
     for c, ws, notes, same in winner_rows:
         lines.append(f"| {c} | " + " | ".join(f"{w or '(none)'}: {n}" for w, n in zip(ws, notes))
                      + f" | {'yes' if same else 'NO'} |")
-    lines += ["", "Cells: verdict, speedup [95% CI] (config_stats, views.py: log-ratio t "
+    lines += ["", "Cells: verdict, speedup [95% CI] (config_stats, stats.py: log-ratio t "
               "interval over the repeats, paired by interleaved block within a sweep). Timings "
               "are from the machine above; a busy one gives more `unclear`."]
     text = "\n".join(lines) + "\n"

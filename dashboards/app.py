@@ -11,9 +11,7 @@ no logs and computes no metric. It only selects, filters, sorts, labels and plot
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import datetime as dt
 import os
 import sys
 from pathlib import Path
@@ -30,12 +28,12 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 import charts  # noqa: E402
 import queries as Q  # noqa: E402
+from reader import SQL_TIMEOUT_S, Reader, db_path, page_reader  # noqa: E402
 
 REFRESH_CHOICES = {"off": None, "2 s": 2, "5 s": 5, "10 s": 10, "30 s": 30}
 DEFAULT_REFRESH = "5 s"
 VIEW_NAMES = ["Compare", "Concurrency", "Pareto", "Time series", "Acceptance", "Findings", "SQL"]
 MAX_POINTS_PER_SERIES = 1500      # decode windows plotted per (run, DP rank); thinned beyond
-SQL_TIMEOUT_S = 10.0
 
 # The Compare table's columns: (column, label, README glossary term or own help text, shown by
 # default). Default columns fit a 1400 px window; "All columns" shows every column of the view.
@@ -83,90 +81,6 @@ GLOSSARY = readme_glossary()
 
 def column_help(term: str) -> str:
     return GLOSSARY.get(term, term)
-
-
-def db_path() -> str:
-    """`-- --db FILE` after the script (the launcher passes it), else env SPECWATCH_DB."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--db", default=None)
-    args, _ = parser.parse_known_args(sys.argv[1:])
-    return args.db or os.environ.get("SPECWATCH_DB") or store.DEFAULT_DB
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading. One Reader per render: a cheap change stamp first, then cached heavy queries keyed on it.
-# A writer holding the lock longer than the reader waits, or a store not created yet, never shows
-# as an error: the view keeps the last data it read and says it is waiting.
-# ---------------------------------------------------------------------------------------------
-@st.cache_data(max_entries=64, show_spinner=False)
-def _cached(db: str, stamp: tuple, sql: str, params: tuple, max_rows: int) -> tuple[pd.DataFrame, bool]:
-    res = query.run_sql(db, sql, list(params), max_rows=max_rows)
-    return pd.DataFrame.from_records(res.rows, columns=res.columns), res.truncated
-
-
-def _not_ready(exc: Exception) -> bool:
-    """The store is missing or not initialised yet (a sweep about to create it)."""
-    msg = str(exc)
-    return "no such database" in msg or "does not exist" in msg
-
-
-class Reader:
-    def __init__(self, db: str):
-        self.db = db
-        self.waiting = False        # a read fell back to older data because the writer held on
-        self.missing = False        # no database (yet)
-        self.stamp = self._stamp()
-
-    def _stamp(self) -> tuple | None:
-        try:
-            with st.spinner("Waiting for the writer to release the database…"):
-                res = query.run_sql(self.db, Q.STAMP, timeout_s=SQL_TIMEOUT_S)
-        except (store.StoreError, query.QueryError) as exc:
-            if isinstance(exc, store.StoreCorrupt):
-                st.error(str(exc))
-                st.stop()
-            if _not_ready(exc):
-                self.missing = True
-                return None
-            self.waiting = True
-            return st.session_state.get("_last_stamp")
-        stamp = tuple(res.rows[0])
-        st.session_state["_last_stamp"] = stamp
-        return stamp
-
-    def df(self, sql: str, params: tuple = (), max_rows: int = 100_000) -> pd.DataFrame:
-        key = ("_last", sql, params)
-        if self.missing:
-            return pd.DataFrame()
-        try:
-            with st.spinner("Waiting for the writer to release the database…"):
-                df, _ = _cached(self.db, self.stamp, sql, params, max_rows)
-        except (store.StoreError, query.QueryError) as exc:
-            if _not_ready(exc):
-                self.missing = True
-                return pd.DataFrame()
-            self.waiting = True
-            return st.session_state.get(key, pd.DataFrame())
-        st.session_state[key] = df
-        return df
-
-    def note(self, refresh_s: int | None) -> None:
-        now = dt.datetime.now().strftime("%H:%M:%S")
-        every = f"refreshes every {refresh_s} s" if refresh_s else "auto-refresh off"
-        if self.waiting:
-            st.caption(f"⏳ Waiting for the writer: the database is busy, showing the last data read "
-                       f"({every}).")
-        else:
-            st.caption(f"Read at {now} · {every} · `{self.db}`")
-
-    def missing_note(self) -> None:
-        st.info(f"No specwatch data in `{self.db}` yet. It appears once `specwatch ingest`, `tail` "
-                "or `run-sweep` writes there; this page refreshes on its own.")
-
-
-def page_reader(db: str) -> Reader:
-    """The full run's Reader (one stamp, one wait per page), or a fresh one for a fragment rerun."""
-    return st.session_state.get("_page_reader") or Reader(db)
 
 
 def _tuple(ids) -> tuple:
@@ -240,7 +154,7 @@ def view_compare(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
     text = c1.text_input("Filter", key="cmp_filter", placeholder="config, sweep or algorithm")
     all_cols = c2.toggle("All columns", value=False, key="cmp_all",
-                         help="every column of the config_stats view (formulas in specwatch/db/views.py)")
+                         help="every column of the config_stats view (formulas in specwatch/db/stats.py)")
     losing = c3.toggle("Only loses/failed", value=False, key="cmp_losing")
     table = df
     if text:

@@ -330,7 +330,7 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
             "up_to_date": result.up_to_date,
             "skipped": [dataclasses.asdict(s) for s in result.skipped],
             "report": [dict(zip(res.columns, r)) for r in res.rows],
-            # per (config, concurrency) over repeats, with intervals and verdicts (views.py)
+            # per (config, concurrency) over repeats, with intervals and verdicts (db/stats.py)
             "stats": {k: v for k, v in rep.payload().items() if k != "runs"},
         }
         json.dump(payload, sys.stdout, default=str, indent=1)

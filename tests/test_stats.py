@@ -1,4 +1,4 @@
-"""Statistics over repeats, baseline matching, verdicts and winners (views.config_stats,
+"""Statistics over repeats, baseline matching, verdicts and winners (stats.config_stats,
 concurrency_winners) on a real DuckDB file with known data; and `specwatch report` as a person
 reads it (terminal width, --wide, --format json/csv) through the real CLI.
 
@@ -21,7 +21,8 @@ import pytest
 
 from conftest import ROOT, SAMPLES
 from specwatch.logs import ingest
-from specwatch.db import query, sampling, store, views
+from specwatch.db import query, sampling, store
+from specwatch.db import stats as stat_views
 from specwatch.run import sweepfile
 
 MODEL = "/models/Llama-3.1-8B-Instruct"       # the sample server_args lines' model
@@ -110,7 +111,7 @@ def winners(known_db):
 
 def test_t_table_matches_scipy():
     from scipy.stats import t
-    for df, q in views.T975:
+    for df, q in stat_views.T975:
         assert q == pytest.approx(t.ppf(0.975, df), abs=6e-5)
 
 

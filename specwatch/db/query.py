@@ -251,7 +251,7 @@ def report(db: str | Path, run: str | None = None, sweep: str | None = None,
 
 # ------------------------------------------------------------------------------- verdicts
 
-# The columns of `config_stats` (views.py defines every one, with its formula) in reading order:
+# The columns of `config_stats` (stats.py defines every one, with its formula) in reading order:
 # what a person compares first, then the evidence behind it, then identity.
 STATS_COLUMNS = [
     "sweep_name", "config", "concurrency", "repeats", "gen_repeats", "runs_failed", "runs_interrupted",
@@ -299,7 +299,7 @@ class StatsReport:
 
 def stats_report(db: str | Path, run: str | None = None, sweep: str | None = None,
                  max_rows: int = 10_000) -> StatsReport:
-    """Statistics over repeats with 95% intervals, verdicts and winners (views.py, config_stats).
+    """Statistics over repeats with 95% intervals, verdicts and winners (stats.py, config_stats).
     `run` keeps the groups that contain that run (name or id); `sweep` one sweep."""
     where, params = [], []
     if run:
@@ -326,7 +326,7 @@ def stats_report(db: str | Path, run: str | None = None, sweep: str | None = Non
 
 
 
-# What each `baseline_match` (views.py, group_baselines) means for the speedup, for doctor.
+# What each `baseline_match` (stats.py, group_baselines) means for the speedup, for doctor.
 BASELINE_MATCH_NOTES = {
     "other-sweep": "its baseline was measured in another sweep ({baseline_sweep_name}): trust the "
                    "speedup only if both ran on the same machine, software and load; add a "

@@ -1,6 +1,6 @@
 """The sampling fingerprint of a run: what, besides the server config, decides which tokens the
 load makes the server generate. Two runs are only compared (speedup) when their fingerprints are
-equal (views.py, `group_baselines`); one that differs is said so, never silently compared.
+equal (stats.py, `group_baselines`); one that differs is said so, never silently compared.
 
 Pure: a sweepfile `Workload` in, a JSON string out (sorted keys, so equal settings give equal
 text). Keys:

@@ -118,7 +118,7 @@ class Run:
     attached_endpoint: str = _t("VARCHAR")
     # JSON of what decides the generated tokens (sampling.sampling_fingerprint): temperature, top_p,
     # top_k, ignore_eos, max tokens, chat template on/off, seed, prompts. NULL = unknown (ingested log).
-    # A speedup is computed only against a baseline with the same fingerprint (views.py).
+    # A speedup is computed only against a baseline with the same fingerprint (stats.py, group_baselines).
     sampling_fingerprint: str = _t("VARCHAR")
 
 

@@ -19,7 +19,6 @@ Not here: reading the log (see `tail`/`ingest`), sending load (see `load`). It p
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import shlex
 import shutil
@@ -31,17 +30,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specwatch import modelinfo
 from specwatch.run import ports, procs
 from specwatch.logs.failure import decode_lines, failure_cause, tail_lines  # noqa: F401 (this module's interface)
 from specwatch.run.ports import (  # noqa: F401 (same)
     PORT_HIGH, PORT_LOW, SIDE_OFFSETS, block_free, ephemeral_range, port_free, side_ports)
 from specwatch.run.procs import listener_owned, reap_stale  # noqa: F401 (same)
 
+from specwatch.engine import BUILTIN_PREFIX
+
 if TYPE_CHECKING:
     from specwatch.run.sweepfile import Config
 
 HOST = "127.0.0.1"
-BUILTIN_PREFIX = "builtin:"
 # First SGLang version with --speculative-algorithm EAGLE3 (LOG_FORMATS §6.1).
 EAGLE3_SINCE = (0, 4, 4, 2)          # 0.4.4.post2
 
@@ -177,36 +178,17 @@ def environment(base: dict[str, str], extra: tuple[tuple[str, str], ...] = (),
     return env
 
 
-def _local_model_dir(path: str) -> Path | None:
-    if path.startswith(BUILTIN_PREFIX):
-        from specwatch.engine import models_dir
-        d = models_dir() / path[len(BUILTIN_PREFIX):]
-    else:
-        d = Path(path).expanduser()
-    return d if (d / "config.json").is_file() else None
-
-
 def draft_aux_ids(c: Config) -> list[int] | None:
     """The aux layer ids the draft will use: the sweep's override, else its config.json's."""
     if c.aux_layer_ids is not None:
         return list(c.aux_layer_ids)
-    if not c.draft_model:
-        return None
-    d = _local_model_dir(c.draft_model)
-    if d is None:
-        return None
-    try:
-        cfg = json.loads((d / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    ids = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    return ids if isinstance(ids, list) else None
+    return modelinfo.aux_layer_ids(c.draft_model)
 
 
 def draft_with_aux(c: Config, run_dir: Path) -> str:
     """A copy of the draft dir whose config.json carries the configured aux layer ids (weights
     are symlinked). Raises LaunchFailed if the draft is not a local dir."""
-    src = _local_model_dir(c.draft_model)
+    src = modelinfo.local_dir(c.draft_model)
     if src is None:
         raise LaunchFailed(f"aux_layer_ids needs a local draft dir with a config.json; "
                                   f"{c.draft_model} is not one (download it first)")
@@ -219,15 +201,10 @@ def draft_with_aux(c: Config, run_dir: Path) -> str:
             raise LaunchFailed(f"{dst} is not inside the run directory {run_dir}; not deleting it")
         shutil.rmtree(dst)
     dst.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.name != "config.json":
-            os.symlink(f.resolve(), dst / f.name)
-    cfg = json.loads((src / "config.json").read_text())
-    eagle = dict(cfg.get("eagle_config") or {})
-    eagle["eagle_aux_hidden_state_layer_ids"] = list(c.aux_layer_ids)
-    eagle.setdefault("use_aux_hidden_state", True)
-    cfg["eagle_config"] = eagle
-    (dst / "config.json").write_text(json.dumps(cfg, indent=1))
+    try:
+        modelinfo.write_with_aux_ids(src, dst, c.aux_layer_ids)
+    except ValueError as exc:
+        raise LaunchFailed(str(exc)) from None
     return str(dst)
 
 

@@ -55,8 +55,9 @@ control character. Flags specwatch sets itself (`--port`, `--host`, `--model-pat
 `--dp-size`, `--pp-size` and their aliases) are refused in `server_flags`: use the keys.
 
 Invalid combinations (draft tokens > steps*topk+1, topk = 1 with draft tokens != steps+1, topk > 1
-without draft tokens, draft tokens < 2, duplicates) are skipped with a reason; a TOML syntax error,
-an unknown key or a wrong type is a `SweepFileError` naming the file, line and key.
+without draft tokens, duplicates) are skipped with a reason; a TOML syntax error, an unknown key, a
+wrong type or a number outside its range (`RANGES`: finite, never NaN) is a `SweepFileError`
+naming the file, line and key.
 
 Not here: running anything (see `sweep`), building command lines (see `launch`).
 """
@@ -71,10 +72,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specwatch.engine import BUILTIN_PREFIX  # "builtin:": shipped models and prompt sets
 from specwatch.run.tomllines import Lines as _Lines
+from specwatch.run.tomlranges import Range, numbers
 
 ENGINES = ("builtin", "sglang")
-BUILTIN_PREFIX = "builtin:"
 PROMPT_SETS = ("chat", "code", "math", "summarisation", "mixed")
 
 
@@ -191,6 +193,58 @@ DEFAULTS = {
 }
 
 
+DAY_S = 86400.0
+# Every number a sweep file holds, by section ("" = the top level; a [[grid]] key takes each of
+# its values from the [[config]] ranges), checked by `check_numbers` wherever the key appears: in
+# a list, a list of lists or a {min, max} table each number is. A new numeric key needs a line
+# here (and a new section its dict); `check_number` checks one value outside these tables.
+RANGES: dict[str, dict[str, Range]] = {
+    "": {
+        "port": Range(1, 65535, why="omit it to use a free port per config"),
+        "startup_timeout_s": Range(0, DAY_S, lo_open=True),
+        "request_timeout_s": Range(0, DAY_S, lo_open=True),
+        "stop_grace_s": Range(0, 600, lo_open=True,
+                              why="a stop waits this long before SIGKILL"),
+        "concurrency": Range(1, 4096, why="requests in flight, one client thread each"),
+        "repeats": Range(1, 1000),
+    },
+    "workload": {
+        "num_prompts": Range(1, 1_000_000),
+        "warmup_requests": Range(0, 10_000),
+        "output_tokens": Range(1, 1_048_576),
+        "input_chars": Range(1, 100_000_000),
+        "temperature": Range(0.01, 2.0, also=(0,), why=(
+            "0 is greedy; vLLM refuses a temperature above 2 and raises one below 0.01 to 0.01, "
+            "SGLang serves one below 1e-6 greedily")),
+        "seed": Range(0, 2**32 - 1),
+    },
+    "config": {
+        "speculative_num_steps": Range(1, 64),
+        "speculative_eagle_topk": Range(1, 64),
+        "speculative_num_draft_tokens": Range(2, 1024),
+        "tp_size": Range(1, 1024), "dp_size": Range(1, 1024), "pp_size": Range(1, 1024),
+        "aux_layer_ids": Range(-1, 4095, why="layer indices; -1 captures nothing"),
+    },
+}
+RANGES["grid"] = RANGES["config"]
+
+
+def check_number(value, rng: Range, where: str, key: str) -> None:
+    """SweepFileError `where: key: VALUE is out of range; allowed: RANGE (why)` unless `rng`
+    holds `value` (a number of the key's type; NaN and infinities never pass)."""
+    if not rng.holds(value):
+        raise SweepFileError(f"{where}: {rng.refusal(key, value)}")
+
+
+def check_numbers(table: dict, section: str, lines: _Lines, index: int = 0) -> None:
+    """Check every number of `table` (the `index`-th `[section]`) whose key has a range in
+    RANGES[section], with the key's file:line in the message."""
+    ranges = RANGES.get(section, {})
+    for key, value in table.items():
+        for v in numbers(value) if key in ranges else ():
+            check_number(v, ranges[key], lines.at(section, key, index), key)
+
+
 def _is(value, kind: str) -> bool:
     if kind == _INT:
         return isinstance(value, int) and not isinstance(value, bool)
@@ -244,15 +298,11 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
     name = data.get("name", Path(path).stem)
     check_name(name, lines.at('', 'name'), "name")
     concurrency = data.get("concurrency", [1])
-    if not concurrency or any(c < 1 for c in concurrency):
+    if not concurrency:
         raise SweepFileError(f"{lines.at('', 'concurrency')}: concurrency: give a non-empty list "
-                             "of integers >= 1")
+                             f"of integers ({RANGES['']['concurrency']})")
     repeats = data.get("repeats", 1)
-    _positive(repeats, lines, "", "repeats")
     port = data.get("port")
-    if port is not None and not 1 <= port <= 65535:
-        raise SweepFileError(f"{lines.at('', 'port')}: port: {port} is not in 1..65535; omit it to "
-                             "use a free port per config")
     env = data.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise SweepFileError(f"{lines.at('', 'env')}: env: expected a table of strings, e.g. "
@@ -277,8 +327,6 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
     timeouts = {}
     for key in ("startup_timeout_s", "request_timeout_s", "stop_grace_s"):
         timeouts[key] = float(data.get(key, defaults[key]))
-        if timeouts[key] <= 0:
-            raise SweepFileError(f"{lines.at('', key)}: {key}: must be > 0")
 
     workload = _workload(data.get("workload", {}), lines, base_dir, engine)
     configs, skipped = _expand(data, lines, engine)
@@ -327,6 +375,7 @@ def _check_keys(table: dict, known: dict[str, str], lines: _Lines, section: str,
         if not _is(value, kind):
             raise SweepFileError(f"{lines.at(section, key, index)}: {key}: expected {kind}, got "
                                  f"{json.dumps(value, default=str)}")
+    check_numbers(table, section, lines, index)
 
 
 def _unknown(key: str, known, what: str) -> str:
@@ -335,12 +384,7 @@ def _unknown(key: str, known, what: str) -> str:
     return f"{key}: unknown key in {what}{hint} (known: {', '.join(sorted(known))})"
 
 
-def _positive(value: int, lines: _Lines, section: str, key: str, low: int = 1) -> None:
-    if value < low:
-        raise SweepFileError(f"{lines.at(section, key)}: {key}: must be >= {low}, got {value}")
-
-
-def _length(value, lines: _Lines, key: str, low: int) -> Length:
+def _length(value, lines: _Lines, key: str) -> Length:
     if isinstance(value, int) and not isinstance(value, bool):
         n = Length(value, value)
     elif isinstance(value, dict) and set(value) == {"min", "max"} and all(
@@ -349,8 +393,8 @@ def _length(value, lines: _Lines, key: str, low: int) -> Length:
     else:
         raise SweepFileError(f"{lines.at('workload', key)}: {key}: expected an integer or "
                              f"{{min = A, max = B}}, got {json.dumps(value)}")
-    if n.min < low or n.max < n.min:
-        raise SweepFileError(f"{lines.at('workload', key)}: {key}: need {low} <= min <= max, got "
+    if n.max < n.min:
+        raise SweepFileError(f"{lines.at('workload', key)}: {key}: need min <= max, got "
                              f"min={n.min}, max={n.max}")
     return n
 
@@ -379,19 +423,13 @@ def _workload(w: dict, lines: _Lines, base_dir: Path, engine: str) -> Workload:
     if fmt not in ("jsonl", "sharegpt"):
         raise SweepFileError(f"{lines.at('workload', 'format')}: format: {fmt!r} is not jsonl or "
                              "sharegpt")
-    num = w.get("num_prompts", 32)
-    _positive(num, lines, "workload", "num_prompts")
-    warm = w.get("warmup_requests", 2)
-    _positive(warm, lines, "workload", "warmup_requests", low=0)
-    temperature = float(w.get("temperature", 0.0))
-    if temperature < 0:
-        raise SweepFileError(f"{lines.at('workload', 'temperature')}: temperature: must be >= 0")
     return Workload(
-        prompts=prompts, format=fmt, num_prompts=num, warmup_requests=warm,
-        output_tokens=_length(w.get("output_tokens", 64), lines, "output_tokens", 1),
-        input_chars=_length(w["input_chars"], lines, "input_chars", 1) if "input_chars" in w
+        prompts=prompts, format=fmt, num_prompts=w.get("num_prompts", 32),
+        warmup_requests=w.get("warmup_requests", 2),
+        output_tokens=_length(w.get("output_tokens", 64), lines, "output_tokens"),
+        input_chars=_length(w["input_chars"], lines, "input_chars") if "input_chars" in w
         else None,
-        temperature=temperature, seed=w.get("seed", 0))
+        temperature=float(w.get("temperature", 0.0)), seed=w.get("seed", 0))
 
 
 # ------------------------------------------------------------------------------- expansion
@@ -448,6 +486,7 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
                 candidates.append((dict(t), lines.at(section, None, i), "name" in t))
                 continue
             swept = {k: _grid_values(k, v, lines, lines.at(section, k, i)) for k, v in t.items()}
+            check_numbers(t, section, lines, i)
             names = list(swept)
             for combo in itertools.product(*(swept[k] for k in names)):
                 candidates.append((dict(zip(names, combo)), lines.at(section, None, i), False))
@@ -512,13 +551,6 @@ def _invalid(v: dict, data: dict) -> str | None:
     if steps is None or topk is None:
         return ("speculative_num_steps and speculative_eagle_topk are required (SGLang's "
                 "auto-choice depends on the model; pin them so the sweep measures what it says)")
-    if steps < 1:
-        return f"speculative_num_steps={steps}: must be >= 1"
-    if topk < 1:
-        return f"speculative_eagle_topk={topk}: must be >= 1"
-    for key in ("tp_size", "dp_size", "pp_size"):
-        if v.get(key, 1) < 1:
-            return f"{key}={v[key]}: must be >= 1"
     flags = list(data.get("server_flags", [])) + list(v.get("server_flags", []))
     if "--enable-dp-attention" in flags and v.get("tp_size", 1) % v.get("dp_size", 1):
         return (f"dp_size={v.get('dp_size', 1)} with --enable-dp-attention must divide "
@@ -528,8 +560,6 @@ def _invalid(v: dict, data: dict) -> str | None:
             return (f"speculative_eagle_topk={topk} needs speculative_num_draft_tokens (at most "
                     f"steps*topk+1={steps * topk + 1})")
         return None
-    if draft < 2:
-        return f"speculative_num_draft_tokens={draft}: must be >= 2"
     if topk == 1 and draft != steps + 1:
         return (f"speculative_num_draft_tokens={draft} with speculative_eagle_topk=1 must equal "
                 f"steps+1={steps + 1} (SGLang would silently change it); drop it or set it to "

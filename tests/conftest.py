@@ -54,6 +54,21 @@ class Spawned(list):
                 p.wait()
 
 
+def assert_rows_close(a: list[tuple], b: list[tuple], names=None, rel=1e-12, abs=1e-12) -> None:
+    """Rows a equal rows b: floats to `rel`/`abs`, every other field (ints, strings, dates, None)
+    exactly. Field by field: pytest.approx of a whole row rejects rows that hold strings
+    (pytest 9.2). `names` (column names) label the failure."""
+    assert len(a) == len(b), (len(a), len(b))
+    for ra, rb in zip(a, b):
+        assert len(ra) == len(rb), (ra, rb)
+        for i, (x, y) in enumerate(zip(ra, rb)):
+            name = names[i] if names else i
+            if isinstance(x, float) and isinstance(y, float):
+                assert x == pytest.approx(y, rel=rel, abs=abs), (ra[:5], name, x, y)
+            else:
+                assert x == y, (ra[:5], name, x, y)
+
+
 @pytest.fixture
 def db(tmp_path) -> Path:
     return tmp_path / "specwatch.duckdb"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, assert_rows_close
 from specwatch.logs import fastscan, formats, ingest
 from specwatch.db import store
 
@@ -55,8 +55,7 @@ def both(tmp_path, files, monkeypatch):
     monkeypatch.delenv("SPECWATCH_SQL_FOLD")
     a, b = sums(fast), sums(slow)
     assert a and len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x == pytest.approx(y, rel=1e-12), (x, y)
+    assert_rows_close(a, b)
     return dump(fast), dump(slow)
 
 

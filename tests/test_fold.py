@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, assert_rows_close
 from specwatch.logs import fastscan, ingest
 from specwatch.db import schema, store, summaries
 
@@ -42,14 +42,7 @@ def sums(db) -> list[tuple]:
 
 
 def assert_same_sums(a: list[tuple], b: list[tuple]) -> None:
-    assert len(a) == len(b)
-    for ra, rb in zip(a, b):
-        assert len(ra) == len(rb)
-        for name, x, y in zip(schema.column_names("run_window_sums"), ra, rb):
-            if isinstance(x, float) and isinstance(y, float):
-                assert x == pytest.approx(y, rel=1e-12, abs=1e-12), (ra[:5], name, x, y)
-            else:
-                assert x == y, (ra[:5], name, x, y)
+    assert_rows_close(a, b, names=schema.column_names("run_window_sums"))
 
 
 def assert_fresh(db) -> None:

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from conftest import SAMPLES
+from conftest import SAMPLES, assert_rows_close
 from specwatch.logs import fastscan, formats, ingest
 from specwatch.db import store
 
@@ -146,8 +146,7 @@ def test_fuzzed_lines_store_identically_on_both_paths(tmp_path, monkeypatch):
     with store.reader(fast) as ca, store.reader(slow) as cb:
         sa, sb = (c.execute("SELECT * FROM run_window_sums ORDER BY ALL").fetchall() for c in (ca, cb))
     assert sa and len(sa) == len(sb)
-    for x, y in zip(sa, sb):
-        assert x == pytest.approx(y, rel=1e-12), (x, y)
+    assert_rows_close(sa, sb)
 
     # the fuzz reaches both outcomes on the fast path: taken lines and lines handed back
     sr = fastscan.scan(log.read_bytes(), 0, 0)

@@ -14,7 +14,7 @@ configs to compare. A no-speculation baseline (one per tp/dp/pp shape) is always
     # optional: launch_command = ["python", "-m", "sglang.launch_server"] (override the program),
     # sglang_version = "0.5.23" (picks version-specific flags; default: the installed one),
     # port = 30000 (fixed port; default: a free one per config), env = {NAME = "value"},
-    # startup_timeout_s = 600, request_timeout_s = 300, stop_grace_s = 15
+    # startup_timeout_s = 600, request_timeout_s = 300, stop_grace_s = 15; [slurm]: slurm_settings
 
     [workload]
     prompts = "builtin:mixed"     # builtin:chat|code|math|summarisation|mixed, or a file path
@@ -75,6 +75,7 @@ from pathlib import Path
 from specwatch.engine import BUILTIN_PREFIX  # "builtin:": shipped models and prompt sets
 from specwatch.run.tomllines import Lines as _Lines
 from specwatch.run.tomlranges import Range, numbers
+from specwatch.run import slurm_settings  # the [slurm] table (it imports this module back)
 
 ENGINES = ("builtin", "sglang")
 PROMPT_SETS = ("chat", "code", "math", "summarisation", "mixed")
@@ -150,6 +151,7 @@ class Sweep:
     workload: Workload
     configs: tuple[Config, ...]
     skipped: tuple[Skipped, ...] = field(default=())
+    slurm: slurm_settings.SlurmSettings | None = None   # [slurm], for --executor slurm
 
 
 # ------------------------------------------------------------------------------- types
@@ -163,7 +165,7 @@ TOP_KEYS = {
     "port": _INT, "env": "a table of strings", "startup_timeout_s": _FLOAT,
     "request_timeout_s": _FLOAT, "stop_grace_s": _FLOAT, "concurrency": _INT_LIST,
     "repeats": _INT, "workload": "a table", "grid": "an array of tables ([[grid]])",
-    "config": "an array of tables ([[config]])",
+    "config": "an array of tables ([[config]])", "slurm": "a table ([slurm])",
 }
 WORKLOAD_KEYS = {
     "prompts": _STR, "format": _STR, "num_prompts": _INT, "warmup_requests": _INT,
@@ -335,7 +337,8 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
         launch_command=tuple(launch_command) if launch_command else None,
         sglang_version=data.get("sglang_version"), model=data["model"], port=port,
         env=tuple(sorted(env.items())), concurrency=tuple(concurrency), repeats=repeats,
-        workload=workload, configs=tuple(configs), skipped=tuple(skipped), **timeouts)
+        workload=workload, configs=tuple(configs), skipped=tuple(skipped), **timeouts,
+        slurm=slurm_settings.parse(data.get("slurm"), lines))
 
 
 def check_name(name: str, where: str, key: str) -> None:

@@ -1,17 +1,20 @@
 """What a model directory named by a `server_args` line says, when it exists on this machine.
 
-`info(path)` reads `config.json` (and hashes the weights) of a local model directory: the target's
+The only module that opens a model's `config.json` (specwatch/engine aside, which loads its own
+models). `info(path)` reads it (and hashes the weights) of a local model directory: the target's
 architecture and layer count, a draft's aux layer ids, and an identity of the weights, so two runs
 of one draft served with different ids (two copies of its config.json) are recognised as siblings.
-Everything is None when the directory or a key is absent: nothing is guessed.
+Everything is None when the directory or a key is absent: nothing is guessed. `aux_layer_ids(path)`
+is a draft's ids alone; `write_with_aux_ids` makes a copy of a draft that serves other ids.
 
-Not here: what the ids capture (aux_layers), judging a run (doctor).
+Not here: what the ids capture (aux_layers), judging a run (diagnose).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,17 +79,47 @@ def weights_sha1(d: Path) -> str | None:
     return _weights_sha1(str(d), stamp)
 
 
-def info(path: str | None) -> ModelInfo | None:
-    """ModelInfo of a local model dir, None if `path` is not one (or its config.json is unreadable)."""
-    d = local_dir(path)
-    if d is None:
-        return None
+def _config(d: Path) -> dict | None:
     try:
         cfg = json.loads((d / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(cfg, dict):
+    return cfg if isinstance(cfg, dict) else None
+
+
+def info(path: str | None, hash_weights: bool = True) -> ModelInfo | None:
+    """ModelInfo of a local model dir, None if `path` is not one (or its config.json is unreadable).
+    `hash_weights=False` leaves weights_sha1 None (a target's weights can be tens of GB)."""
+    d = local_dir(path)
+    cfg = _config(d) if d is not None else None
+    if cfg is None:
         return None
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    return ModelInfo(str(d), arch, _layers(cfg), _ids(cfg), weights_sha1(d))
+    return ModelInfo(str(d), arch, _layers(cfg), _ids(cfg),
+                     weights_sha1(d) if hash_weights else None)
+
+
+def aux_layer_ids(path: str | None) -> list[int] | None:
+    """The aux layer ids a local draft's config.json names, None if it names none or is not local."""
+    mi = info(path, hash_weights=False)
+    return list(mi.aux_layer_ids) if mi is not None and mi.aux_layer_ids is not None else None
+
+
+def write_with_aux_ids(src: Path, dst: Path, ids: list[int]) -> None:
+    """Fill the empty directory `dst` with a copy of the draft `src` whose config.json names `ids`
+    (eagle_config.eagle_aux_hidden_state_layer_ids, use_aux_hidden_state defaulting to true);
+    every other file is a symlink to the original. Raises ValueError when `src`'s config.json is
+    unreadable or not a JSON object."""
+    cfg = _config(src)
+    if cfg is None:
+        raise ValueError(f"{src / 'config.json'}: not a readable JSON object; the draft's config "
+                         f"is needed to serve other aux ids")
+    for f in src.iterdir():
+        if f.name != "config.json":
+            os.symlink(f.resolve(), dst / f.name)
+    eagle = dict(cfg.get("eagle_config") or {})
+    eagle["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    eagle.setdefault("use_aux_hidden_state", True)
+    cfg["eagle_config"] = eagle
+    (dst / "config.json").write_text(json.dumps(cfg, indent=1))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from specwatch.diagnose import doctor
+from specwatch.diagnose import doctor, finding
 from specwatch.db import query, store
 
 HERE = Path(__file__).resolve().parent
@@ -381,12 +381,12 @@ def _doctor(db: str, stamp: tuple) -> tuple[list[dict], list[dict]]:
 
 
 def _finding_text(f: dict) -> str:
-    nums = ", ".join(f"{k}={doctor._num(v)}" for k, v in f["evidence"]["numbers"].items()
+    nums = ", ".join(f"{k}={finding.format_number(v)}" for k, v in f["evidence"]["numbers"].items()
                      if v is not None)
     out = [f"**{f['run']}** · `{f['code']}` ({f['severity']}) — {f['title']}"]
     if nums:
         out.append(f"numbers: {nums}")
-    for ref in f["evidence"]["rows"][:doctor.MAX_EVIDENCE_ROWS]:
+    for ref in f["evidence"]["rows"][:finding.MAX_EVIDENCE_ROWS]:
         where = (f"{ref['file']}:{ref['line_no']}" if ref["line_no"] is not None
                  else (ref["file"] or ref["run_id"] or ""))
         out.append(f"- {ref['table']} `{where}`" + (f": {ref['note']}" if ref["note"] else ""))
@@ -409,7 +409,7 @@ def view_findings(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     picked = set(run_ids)
     findings = [f for f in findings if f["run_id"] in picked]
     checked = [c for c in checked if c["run_id"] in picked]
-    n = {s: sum(f["severity"] == s for f in findings) for s in doctor.SEVERITY_ORDER}
+    n = {s: sum(f["severity"] == s for f in findings) for s in finding.SEVERITY_ORDER}
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("configs checked", len(checked), help="speculative runs doctor examined")
     c2.metric("errors", n["error"])

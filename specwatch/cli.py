@@ -381,12 +381,22 @@ def doctor(db, run, fmt):
 
     Example: specwatch doctor --db runs.duckdb --run eagle3-shifted
     """
-    from specwatch.diagnose import doctor as doc
+    from specwatch.db import query
+    from specwatch.diagnose import context, doctor as doc, finding
 
     try:
-        sys.exit(doc.main(db=db, run=run, fmt=fmt))
+        findings, checked = doc.diagnose(db, run)
+    except (context.DoctorError, query.QueryError) as exc:
+        click.echo(f"specwatch doctor: {exc}", err=True)
+        sys.exit(2)
     except store.StoreError as exc:
         raise click.ClickException(str(exc))
+    if fmt == "json":
+        click.echo(json.dumps(finding.to_json(findings, checked), indent=1, default=str))
+    else:
+        click.echo(finding.render_text(findings, checked))
+    # exit 0: no error or warning findings; 1: at least one; 2: the run is not stored
+    sys.exit(1 if any(f.severity != "info" for f in findings) else 0)
 
 
 @cli.command()
@@ -404,7 +414,15 @@ def align(dump_path, capture_path, fmt):
     """
     from specwatch.diagnose import align as al
 
-    sys.exit(al.main(dump_path, capture_path, fmt=fmt))
+    try:
+        res = al.align_files(dump_path, capture_path)
+    except al.AlignError as exc:
+        click.echo(f"specwatch align: {exc}", err=True)
+        sys.exit(2)
+    click.echo(json.dumps(al.to_json(res), indent=1) if fmt == "json" else al.render_text(res))
+    # exit 0: matches the configured ids (or none configured and every segment confirmed);
+    # 1: a mismatch or an unconfirmed segment; 2: unreadable or ill-shaped input
+    sys.exit(0 if res.ok else 1)
 
 
 def main():

@@ -374,7 +374,7 @@ def test_acceptance_per_position_from_vllm_logs(app):
 
 
 def test_findings_are_doctors_with_its_counts_failed_runs_and_alerts(app, fixture_db):
-    from specwatch.diagnose import doctor
+    from specwatch.diagnose import doctor, finding
     at = app("Findings")
     healthy(at)
     findings, checked = doctor.diagnose(fixture_db)
@@ -382,12 +382,12 @@ def test_findings_are_doctors_with_its_counts_failed_runs_and_alerts(app, fixtur
     for f in findings:       # every finding, with its code, title and next step
         assert any(f"**{f.run}** · `{f.code}` ({f.severity}) — {f.title}" in s
                    and f"next: {f.suggestion}" in s for s in shown), (f.run, f.code)
-    n = {s: sum(f.severity == s for f in findings) for s in doctor.SEVERITY_ORDER}
+    n = {s: sum(f.severity == s for f in findings) for s in finding.SEVERITY_ORDER}
     assert [m.value for m in at.metric] == [str(len(checked)), str(n["error"]),
                                             str(n["warning"]), str(n["info"])]
     # the counts are doctor's own summary line
     assert (f"{len(checked)} speculative config(s) checked: {n['error']} error(s), "
-            f"{n['warning']} warning(s), {n['info']} note(s)") in doctor.render_text(findings, checked)
+            f"{n['warning']} warning(s), {n['info']} note(s)") in finding.render_text(findings, checked)
     wrong = [s for s in shown if "**eagle3-wrong-aux-c1** · `accept_len_near_1`" in s]
     assert wrong and "accept_len=1.11" in wrong[0]
     assert any("eagle3-s8k8 @c4" in e.value and "CUDA out of memory" in e.value for e in at.error)

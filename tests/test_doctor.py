@@ -4,15 +4,17 @@ tests write (or from the views, queried independently), never from doctor itself
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import math
 from pathlib import Path
 
 import pytest
 
+from click.testing import CliRunner
+
 from conftest import SAMPLES, run_cli
-from specwatch.diagnose import doctor
+from specwatch import cli
+from specwatch.diagnose import auxids, doctor
 from specwatch.logs import failure, ingest
 from specwatch.db import query, store
 
@@ -97,9 +99,8 @@ def test_no_speculation_no_findings(db):
                              str(SAMPLES / "sglang-0.5.23-llama8b-baseline.log")])
     findings, checked = doctor.diagnose(db)
     assert findings == [] and checked == []
-    out = io.StringIO()
-    assert doctor.main(db=db, fmt="text", out=out) == 0
-    assert "0 speculative config(s) checked" in out.getvalue()
+    res = CliRunner().invoke(cli.cli, ["doctor", "--db", str(db)])
+    assert res.exit_code == 0 and "0 speculative config(s) checked" in res.stdout
 
 
 # ----------------------------------------------------------------------------- constructed logs
@@ -258,10 +259,10 @@ def test_builtin_run_probe_names_the_ids(db, tmp_path):
 
 
 def test_describe_shift_names_slot_and_convention():
-    assert "slot shift" in doctor.describe_shift([-1, 1, 3], [1, 3, 5])
-    assert "+1 convention" in doctor.describe_shift([2, 4, 6], [1, 3, 5]) or \
-        "-1, -1, -1" in doctor.describe_shift([2, 4, 6], [1, 3, 5])
-    assert doctor.describe_shift([1, 3, 5], [2, 4, 6]).startswith("offset per id +1, +1, +1")
+    assert "slot shift" in auxids.describe_shift([-1, 1, 3], [1, 3, 5])
+    assert "+1 convention" in auxids.describe_shift([2, 4, 6], [1, 3, 5]) or \
+        "-1, -1, -1" in auxids.describe_shift([2, 4, 6], [1, 3, 5])
+    assert auxids.describe_shift([1, 3, 5], [2, 4, 6]).startswith("offset per id +1, +1, +1")
 
 
 # ----------------------------------------------------------------------------- end to end (slow)
@@ -334,7 +335,7 @@ def test_e2e_shifted_ids_flagged_and_suggestion_restores_accept_len(tmp_path):
     assert mis.evidence.numbers["captured_layers_by_cosine"] == [-1, 1, 3]
     # the store-only signal fires when the same-prompt accept lengths differ enough
     ratio = stored["shifted"]["accept_len"] / stored["correct"]["accept_len"]
-    assert ("accept_len_below_sibling" in shifted) == (ratio <= doctor.SIBLING_ACCEPT_RATIO)
+    assert ("accept_len_below_sibling" in shifted) == (ratio <= auxids.SIBLING_ACCEPT_RATIO)
     correct = _codes(findings, stored["correct"]["run_name"])
     assert not {"aux_ids_mismatch", "accept_len_near_1", "accept_len_below_sibling"} & set(correct)
     # apply the suggestion: a draft dir copy whose config.json carries the suggested ids
@@ -488,9 +489,8 @@ def test_failed_configs_are_reported_with_cause_log_and_hint(db, tmp_path, reaso
     assert f.evidence.numbers["failure_reason"] == reason
     assert str(log) in [r.file for r in f.evidence.rows]
     assert "dead" in [r["run_name"] for r in checked]
-    out = io.StringIO()
-    assert doctor.main(db=db, out=out) == 1
-    assert f"config_failed: config chain failed: {reason}" in out.getvalue()
+    res = CliRunner().invoke(cli.cli, ["doctor", "--db", str(db)])
+    assert res.exit_code == 1 and f"config_failed: config chain failed: {reason}" in res.stdout
 
 
 def test_repeats_are_judged_pooled_and_a_small_but_consistent_id_loss_warns(db, tmp_path):

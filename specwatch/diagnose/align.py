@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -91,6 +90,11 @@ class AlignResult:
         if self.offsets is None or any(o is None for o in self.offsets):
             return None
         return all(o == 0 for o in self.offsets)
+
+    @property
+    def ok(self) -> bool:
+        """Every segment confirmed (ids suggested) and no mismatch with the configured ids."""
+        return self.suggested_ids is not None and self.matches_config is not False
 
 
 # ----------------------------------------------------------------------------- loading
@@ -284,25 +288,6 @@ def render_text(res: AlignResult) -> str:
     for p in res.problems:
         lines.append(f"problem: {p}")
     return "\n".join(lines)
-
-
-def main(dump_path, capture_path, fmt: str = "text", ids: list[int] | None = None, out=None) -> int:
-    """CLI entry: print the alignment. Exit 0 = matches the configured ids (or none given and every
-    segment confirmed), 1 = mismatch or unconfirmed segment, 2 = unreadable/ill-shaped input."""
-    out = out or sys.stdout
-    try:
-        res = align_files(dump_path, capture_path, ids)
-    except AlignError as exc:
-        print(f"specwatch align: {exc}", file=sys.stderr)
-        return 2
-    if fmt == "json":
-        json.dump(to_json(res), out, indent=1)
-        out.write("\n")
-    else:
-        out.write(render_text(res) + "\n")
-    if res.suggested_ids is None or res.matches_config is False:
-        return 1
-    return 0
 
 
 # ----------------------------------------------------------------------------- draft probe

@@ -123,14 +123,6 @@ def ids_for_outputs(rule_name: str, outputs: list[int], num_layers: int) -> list
     return None
 
 
-def translate(ids: list[int], num_layers: int, from_rule: str, to_rule: str) -> list[int] | None:
-    """Ids under `to_rule` that capture what `ids` capture under `from_rule` (None if impossible)."""
-    outs = captured_outputs(from_rule, ids, num_layers)
-    if any(o is None for o in outs):
-        return None
-    return ids_for_outputs(to_rule, outs, num_layers)  # type: ignore[arg-type]
-
-
 @dataclass(frozen=True)
 class Reading:
     """What a list of ids captures on a target, and under which rule."""

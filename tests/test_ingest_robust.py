@@ -18,7 +18,7 @@ import pytest
 import zstandard
 
 from conftest import SAMPLES, run_cli
-from specwatch.logs import ingest, rows
+from specwatch.logs import ingest, logfile, rows
 from specwatch.db import store
 
 OK = ("[2026-03-02 08:15:{s:02d} DP{r} TP{r}] Decode batch, #running-req: {n}, #token: 5120, "
@@ -163,8 +163,8 @@ def test_gzip_and_zstd_logs_store_what_the_plain_log_stores(tmp_path):
     gz, zst = tmp_path / "server.log.1.gz", tmp_path / "server.log.2.zst"
     gz.write_bytes(gzip.compress(data))
     zst.write_bytes(zstandard.ZstdCompressor().compress(data))
-    assert ingest.compression(gz) == "gzip" and ingest.compression(zst) == "zstd"
-    assert ingest.compression(plain) is None
+    assert logfile.compression(gz) == "gzip" and logfile.compression(zst) == "zstd"
+    assert logfile.compression(plain) is None
     counts = []
     for f in (plain, gz, zst):
         db = tmp_path / f"{f.name}.duckdb"

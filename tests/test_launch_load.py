@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch.run import launch, load, sweepfile
+from specwatch.run import launch, load, ports, procs, sweepfile
 from specwatch.run.sweepfile import Length, Workload
 
 
@@ -121,7 +121,7 @@ def test_never_ready_then_sigkill_and_no_orphans(tmp_path):
     srv.start()
     with pytest.raises(launch.LaunchFailed, match="not ready after 2 s .nothing answered"):
         srv.wait_ready(2)
-    seen = launch._descendants(srv.pid)
+    seen = procs.descendants(srv.pid)
     assert len(seen) == 2                                     # both children were running
     rep = srv.stop(grace_s=1.0)
     assert rep.killed and rep.exit_code == -signal.SIGKILL
@@ -136,11 +136,11 @@ def test_port_checks(tmp_path):
     s.listen()
     busy = s.getsockname()[1]
     try:
-        assert not launch.port_free(busy)
+        assert not ports.port_free(busy)
         assert launch.free_port(avoid={busy}) != busy
     finally:
         s.close()
-    assert launch.port_free(busy)
+    assert ports.port_free(busy)
 
 
 def test_prompt_sources_and_sampled_lengths(tmp_path):

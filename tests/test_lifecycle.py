@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch.run import launch, procs
+from specwatch.run import launch, ports, procs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ STUB = textwrap.dedent("""
 # signal would fire right there), writes the server's pid, and waits to be killed.
 DRIVER = textwrap.dedent("""
     import json, sys, threading, time
-    from specwatch.run import launch
+    from specwatch.run import launch, procs
     port, out, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     srv = launch.Server([sys.executable, "-c", sys.argv[4], str(port)], {}, port, log,
                         grace_s=1.0)
@@ -48,7 +48,7 @@ DRIVER = textwrap.dedent("""
         srv.wait_ready(60)
     t = threading.Thread(target=start); t.start(); t.join()
     time.sleep(1.5)                      # the watchdog notes the server's descendants
-    kids = launch._descendants(srv.pid)
+    kids = procs.descendants(srv.pid)
     open(out, "w").write(json.dumps({"pid": srv.pid, "kids": kids}))
     time.sleep(600)
 """)
@@ -56,7 +56,7 @@ DRIVER = textwrap.dedent("""
 
 def _port_freed(port: int, timeout_s: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout_s
-    while not launch.port_free(port):
+    while not ports.port_free(port):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
@@ -122,7 +122,7 @@ def test_reap_stale_kills_what_a_dead_specwatch_and_its_watchdog_left(tmp_path):
     drv.kill()
     drv.wait(10)
     time.sleep(0.5)
-    assert procs.alive(pid, pids[pid]) and not launch.port_free(port)
+    assert procs.alive(pid, pids[pid]) and not ports.port_free(port)
 
     # A pid file whose pid now names another process (a reused pid) is never acted on.
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
@@ -139,7 +139,7 @@ def test_reap_stale_kills_what_a_dead_specwatch_and_its_watchdog_left(tmp_path):
     try:
         killed = procs.reap_stale(tmp_path, grace_s=1.0)
         assert killed == [pid]
-        assert _gone(pids, 5) == [] and launch.port_free(port)
+        assert _gone(pids, 5) == [] and ports.port_free(port)
         assert other.poll() is None and not fake.exists() and live.exists()
     finally:
         other.kill()
@@ -164,7 +164,7 @@ def test_dashboard_child_dies_with_the_dashboard_on_sigkill(tmp_path):
         time.sleep(0.1)
     child = json.loads(pidfile.read_text())["pid"]
     start = procs.start_time(child)
-    while launch.port_free(port):                 # streamlit is listening
+    while ports.port_free(port):                 # streamlit is listening
         assert procs.alive(child, start) and time.monotonic() < deadline
         time.sleep(0.2)
     drv.kill()
@@ -315,16 +315,16 @@ def test_our_own_listener_is_recognised_through_the_group(tmp_path):
 # ------------------------------------------------------------------ ports
 
 def test_ports_sit_below_the_ephemeral_range_with_side_ports_apart():
-    lo, _ = launch.ephemeral_range()
+    lo, _ = ports.ephemeral_range()
     handed: set[int] = set()
     for _ in range(20):
         p = launch.free_port(avoid=handed)
         assert p < lo and p <= 21999 - 239
-        assert all(launch.port_free(q) for q in launch.side_ports(p))
+        assert all(ports.port_free(q) for q in ports.side_ports(p))
         for q in handed:           # DP attention's port+233..+239 never overlap another config's
-            assert not launch.side_ports(p) & launch.side_ports(q)
+            assert not ports.side_ports(p) & ports.side_ports(q)
         handed.add(p)
-    assert {p + 233, p + 239, p + 13} <= launch.side_ports(p)
+    assert {p + 233, p + 239, p + 13} <= ports.side_ports(p)
 
 
 def test_a_busy_side_port_rules_the_port_out():
@@ -334,10 +334,10 @@ def test_a_busy_side_port_rules_the_port_out():
     s.bind(("127.0.0.1", p + 236))
     s.listen()
     try:
-        assert launch.port_free(p) and not launch.block_free(p)
+        assert ports.port_free(p) and not ports.block_free(p)
     finally:
         s.close()
-    assert launch.block_free(p)
+    assert ports.block_free(p)
 
 
 def test_a_run_without_decode_windows_is_flagged_when_it_must_have_some(tmp_path):

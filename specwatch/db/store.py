@@ -342,20 +342,7 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
     return tbl.num_rows
 
 
-def arrow_from_columns(table: str, cols: dict[str, pa.Array], n: int, **constants) -> pa.Table:
-    """An Arrow table in schema order from typed arrays; absent columns are NULL, `constants` fill."""
-    arrays, names = [], []
-    for name, sql in schema.columns(schema.TABLES[table]):
-        typ = _ARROW[sql.split()[0]]
-        if name in constants:
-            arr = pa.array([constants[name]] * n, type=typ)
-        elif name in cols:
-            arr = cols[name].cast(typ)
-        else:
-            arr = pa.nulls(n, type=typ)
-        arrays.append(arr)
-        names.append(name)
-    return pa.Table.from_arrays(arrays, names=names)
+
 
 
 def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source, expect_offset: int,

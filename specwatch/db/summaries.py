@@ -177,12 +177,11 @@ def _codes(v: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     if not ok.any():
         return np.zeros(len(v), np.int64), 1, np.array([_NULL_KEY])
     key = np.where(ok, v.astype(np.int64), _NULL_KEY)
-    if True:
-        lo, hi = int(v[ok].min()), int(v[ok].max())
-        if hi - lo < 1 << 16:   # the common case (rank numbers): no sort
-            code = np.where(ok, v.astype(np.int64) - lo + 1, 0)
-            values = np.r_[_NULL_KEY, np.arange(lo, hi + 1, dtype=np.int64)]
-            return code, hi - lo + 2, values
+    lo, hi = int(v[ok].min()), int(v[ok].max())
+    if hi - lo < 1 << 16:   # the common case (rank numbers): no sort
+        code = np.where(ok, v.astype(np.int64) - lo + 1, 0)
+        values = np.r_[_NULL_KEY, np.arange(lo, hi + 1, dtype=np.int64)]
+        return code, hi - lo + 2, values
     values, code = np.unique(key, return_inverse=True)
     if values[0] != _NULL_KEY:
         values, code = np.r_[_NULL_KEY, values], code + 1

@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from specwatch.db import store

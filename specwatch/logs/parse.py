@@ -40,7 +40,6 @@ from typing import Any
 
 from specwatch.logs import configline, prefix
 from specwatch.logs import formats as _formats
-from specwatch.logs.configline import parse_server_args  # noqa: F401  (public: tests, doctor)
 
 METRIC_KINDS = ("sglang_decode", "sglang_prefill", "vllm_spec_decode", "vllm_throughput")
 CONFIG_KINDS = ("server_args", "vllm_engine_config", "vllm_args")

@@ -32,12 +32,7 @@ from typing import TYPE_CHECKING
 
 from specwatch import modelinfo
 from specwatch.run import ports, procs
-from specwatch.logs.failure import decode_lines, failure_cause, tail_lines  # noqa: F401 (this module's interface)
-from specwatch.run.ports import (  # noqa: F401 (same)
-    PORT_HIGH, PORT_LOW, SIDE_OFFSETS, block_free, ephemeral_range, port_free, side_ports)
-from specwatch.run.procs import listener_owned, reap_stale  # noqa: F401 (same)
-
-from specwatch.engine import BUILTIN_PREFIX
+from specwatch.logs.failure import decode_lines, failure_cause, tail_lines
 
 if TYPE_CHECKING:
     from specwatch.run.sweepfile import Config
@@ -112,9 +107,7 @@ def gpus_needed(config: Config) -> int:
     (`launch_dp_attention_schedulers` launches a single group from GPU 0, and
     arg_groups/parallel_hook.py asserts tp_size % attn_dp_size == 0), so tp * pp."""
     tp = config.tp_size
-    pp = getattr(config, "pp_size", 1)
-    dp = getattr(config, "dp_size", 1)
-    return tp * pp * (1 if dp_attention(config) else dp)
+    return tp * config.pp_size * (1 if dp_attention(config) else config.dp_size)
 
 
 def command(engine: str, config: Config, port: int, draft_path: str | None = None,
@@ -145,9 +138,9 @@ def command(engine: str, config: Config, port: int, draft_path: str | None = Non
                  "--speculative-num-draft-tokens", str(config.speculative_num_draft_tokens)]
     argv += ["--tp-size", str(config.tp_size)]
     # Only when > 1: older SGLang versions predate --pp-size, and 1 is every version's default.
-    if getattr(config, "dp_size", 1) != 1:
+    if config.dp_size != 1:
         argv += ["--dp-size", str(config.dp_size)]
-    if getattr(config, "pp_size", 1) != 1:
+    if config.pp_size != 1:
         argv += ["--pp-size", str(config.pp_size)]
     argv += ["--host", HOST, "--port", str(port)]
     if engine == "builtin" and gpus and not any(
@@ -213,7 +206,6 @@ def log_tail(path: str | Path, max_lines: int = 40, max_bytes: int = 16384) -> s
     return "\n".join(tail_lines(path, max_bytes)[-max_lines:])
 
 
-_descendants = procs.descendants
 _alive = procs.alive
 _group_alive = procs.group_alive
 _signal = procs.signal_pid
@@ -366,7 +358,7 @@ class Server:
     def note_children(self) -> None:
         """Remember the current descendants, so a child that leaves the group is still checked."""
         if self.proc is not None and self.proc.poll() is None:
-            self._seen.update(_descendants(self.proc.pid))
+            self._seen.update(procs.descendants(self.proc.pid))
 
     def health(self, timeout_s: float = 5.0) -> int | None:
         """HTTP status of GET /health, or None if nothing answers."""
@@ -410,7 +402,7 @@ class Server:
         """SIGTERM the group, SIGKILL after `grace_s`, reap, check for survivors and the port."""
         t0 = time.monotonic()
         if self.proc is None:
-            return StopReport(None, False, [], port_free(self.port), 0.0)
+            return StopReport(None, False, [], ports.port_free(self.port), 0.0)
         try:
             return self._stop(grace_s, t0)
         finally:
@@ -454,9 +446,9 @@ class Server:
             time.sleep(0.05)
         for pid in survivors:
             _signal(pid, signal.SIGKILL)
-        free = port_free(self.port)
+        free = ports.port_free(self.port)
         end = time.monotonic() + 3.0
         while not free and time.monotonic() < end:
             time.sleep(0.1)
-            free = port_free(self.port)
+            free = ports.port_free(self.port)
         return StopReport(code, killed, survivors, free, time.monotonic() - t0)

@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specwatch.run import launch, load
+from specwatch.logs import failure
+from specwatch.run import launch, load, ports
 from specwatch import modelinfo
 from specwatch.db import sampling
 from specwatch.run.sweepfile import Config, Sweep
@@ -95,6 +96,8 @@ class ConfigResult:
     sglang_version: str | None = None  # the launch interpreter's sglang (what it really ran)
     ray_node_id: str | None = None
     ray_retries: int | None = None
+    slurm_job_id: str | None = None          # Slurm: the (array) job id; local mode: a pid
+    slurm_array_task_id: int | None = None
     runs: list[RunResult] = field(default_factory=list)
     startup_s: float | None = None  # launch -> /health 200
     warmup_s: float = 0.0           # probe + warm-up requests
@@ -232,7 +235,7 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
                                           "server running and reachable from here?")
         else:
             draft_path = launch.draft_with_aux(c, run_dir) if c.aux_layer_ids is not None else None
-            if not launch.port_free(job.port):
+            if not ports.port_free(job.port):
                 raise launch.LaunchFailed(
                     f"port {job.port} is already in use by another process; free it, or drop "
                     "`port` from the sweep file to use a free port per config")
@@ -339,7 +342,7 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
             exit_code = server.wait_exit(2.0)
     status, reason = run_status(res, summary, exit_code, answering, stop, len(specs))
     if exit_code is not None and log_path is not None:
-        cause = launch.failure_cause(log_path)     # the real cause, not "code -9"
+        cause = failure.failure_cause(log_path)     # the real cause, not "code -9"
         if cause:
             reason = f"{cause} ({reason}; log: {log_path})"
     elif status == "ok" and server is not None:

@@ -124,14 +124,6 @@ def check_argv(python: str, argv: list[str]) -> None:
         raise FlagError(res.error)
 
 
-def resolved_fields(python: str, argv: list[str]) -> dict:
-    """The ServerArgs fields SGLang's parser resolves argv to (raises FlagError if rejected)."""
-    (res,) = check_many(python, [argv])
-    if not res.ok:
-        raise FlagError(res.error)
-    return res.fields or {}
-
-
 # ----------------------------------------------------------------------------- sweep files
 
 _FLAG_IN_MESSAGE = re.compile(r"(?:unrecognized arguments: |ambiguous option: |argument )(-[-\w]+)")

@@ -60,14 +60,14 @@ def test_reference_hand_values():
     (1, 50, 4, torch.float32, None, None),     # V smaller than a block
     (5, 777, 3, torch.float32, 64, 1),         # many tiles, one split: early-exit path
 ])
-def test_random(tri, rows, vocab, k, dtype, block, nsplit, variant):
+def test_triton_topk_equals_reference_on_random_logits(tri, rows, vocab, k, dtype, block, nsplit, variant):
     torch.manual_seed(rows * vocab + k)
     logits = (torch.randn(rows, vocab) * 3).to(dtype)
     _check(tri, logits, k, block=block, nsplit=nsplit, **variant)
 
 
 @pytest.mark.parametrize("k,nsplit", [(1, 1), (1, 3), (8, 2), (4, 3)])
-def test_forced_ties(tri, k, nsplit, variant):
+def test_triton_topk_breaks_ties_by_lowest_index_like_reference(tri, k, nsplit, variant):
     logits = torch.zeros(3, 2000)
     logits[0, ::7] = 1.0           # ~286-way tie at the top
     logits[2, 1900:] = 0.5         # 100-way tie at the end of the vocabulary
@@ -89,7 +89,7 @@ def test_neg_inf_mask_and_d2t(tri, k, variant):
     _check(tri, logits, k, hot, block=1024, nsplit=2, **variant)  # super-group maxima from pass 1
 
 
-def test_empty_rows(tri):
+def test_zero_rows_give_empty_topk(tri):
     p, i = tri.draft_topk_triton(torch.randn(0, 300), 4)
     assert p.shape == (0, 4) and i.shape == (0, 4)
 
@@ -104,7 +104,7 @@ def test_matches_sglang_path_on_tie_free_input():
     torch.testing.assert_close(p, sp, rtol=1e-5, atol=1e-7)
 
 
-def test_dispatcher(tri, monkeypatch):
+def test_specwatch_kernels_env_picks_triton_or_torch_and_rejects_others(tri, monkeypatch):
     logits = torch.randn(2, 900, device=_kernel_device.DEVICE)
     monkeypatch.delenv("SPECWATCH_KERNELS", raising=False)
     assert ops.use_triton(logits) == logits.is_cuda  # default: Triton exactly on CUDA tensors
@@ -154,7 +154,7 @@ def test_fused_tickets_reset_between_calls(tri):
         _check(tri, torch.randn(rows, vocab), 4, block=256, nsplit=3, fused=True)
 
 
-def test_config_table(tri):
+def test_plan_picks_first_matching_topk_config_row_and_rows_are_launchable(tri):
     """plan() is the first TOPK_CONFIG row whose bounds hold; every row is a launchable config."""
     for rows, vocab in ((1, 5000), (8, 128256), (9, 163840), (64, 163840), (256, 128256), (257, 32000),
                         (512, 163840), (4096, 9000)):

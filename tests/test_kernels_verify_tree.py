@@ -100,7 +100,7 @@ def _run_both(tri, logits, tree, steps, **kw):
     (2, 4, 4, 12, 3, 1.0),
     (2, 8, 2, 16, 2, 0.7),
 ])
-def test_random_trees(tri, batch, k, steps, n, nsplit, agree, variant):
+def test_verify_accepts_the_longest_agreeing_path_on_random_trees(tri, batch, k, steps, n, nsplit, agree, variant):
     vocab = 1300  # not a multiple of the block
     tree = random_tree(batch, k, steps, n, vocab, seed=batch * 100 + k)
     logits = target_logits(tree, vocab, agree, seed=n)

@@ -130,7 +130,7 @@ def test_never_ready_then_sigkill_and_no_orphans(tmp_path):
     assert not any(_alive(p) for p in [srv.pid, *seen])
 
 
-def test_port_checks(tmp_path):
+def test_busy_port_is_seen_and_free_port_avoids_it(tmp_path):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen()

@@ -38,7 +38,7 @@ def test_format_without_samples_is_an_error(tmp_path):
     ("est. decode TFLOPS/s (per GPU)", "est_decode_tflops_s"), ("Per-position acceptance rate",
                                                                  "per_position_acceptance_rate"),
 ])
-def test_key_normalisation(printed, name):
+def test_printed_keys_normalise_to_field_names(printed, name):
     assert parse.normalize_key(printed) == name
 
 
@@ -89,7 +89,7 @@ def test_cut_server_args_line_is_rejected_not_crashing():
     assert isinstance(r, parse.Rejected) and r.kind == "server_args"
 
 
-def test_ready_and_events():
+def test_ready_and_retract_lines_parse_as_events():
     assert parse.parse_line("[2026-01-01 00:00:00] The server is fired up and ready to roll!").kind == "ready"
     r = parse.parse_line("[2026-01-01 00:00:00 TP0] KV cache pool is full. Retract requests. "
                          "#retracted_reqs: 2, #new_tokens_gained: 100")

@@ -59,6 +59,7 @@ class ClientError(ValueError):
 class RequestSpec:
     prompt: str
     max_new_tokens: int
+    category: str | None = None     # the prompt set's task (chat, code, ...), stored per request
 
 
 @dataclass
@@ -79,6 +80,11 @@ class RequestResult:
     spec_accept_length: float | None = None
     spec_accept_histogram: list[int] | None = None
     started_at: dt.datetime | None = None
+    # set by `load.run`, not here: the prompt's category, when the arrival process asked for the
+    # request and when it was really sent (ms from the load's start; arrival NULL: closed loop)
+    category: str | None = None
+    arrival_offset_ms: float | None = None
+    send_offset_ms: float | None = None
     # not stored: when it finished (for the load's wall time)
     finished_mono: float | None = None
     started_mono: float | None = None

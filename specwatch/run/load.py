@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from specwatch.run import procs
+from specwatch.run import arrivals, procs
 from specwatch.run.client import (  # noqa: F401 (this module's interface, as before)
     API_GENERATE, HOST, ClientError, RequestResult, RequestSpec, health, send)
 from specwatch.run import client
@@ -52,22 +52,23 @@ def target_of(endpoint: str) -> tuple[str, int]:
 
 # ------------------------------------------------------------------------------- prompts
 
-def read_prompts(workload: Workload) -> list[str]:
-    """All prompts of the workload's source, in file order."""
+def read_prompts(workload: Workload, categories: dict[str, str] | None = None) -> list[str]:
+    """All prompts of the workload's source, in file order. `categories` (optional) is filled
+    with {prompt: category} from JSONL rows that name one (every built-in set does)."""
     if workload.prompts.startswith(BUILTIN_PREFIX):
         name = workload.prompts[len(BUILTIN_PREFIX):]
         names = [n for n in PROMPT_SETS if n != "mixed"] if name == "mixed" else [name]
         out = []
         for n in names:
-            out += _read_jsonl(WORKLOADS_DIR / f"{n}.jsonl")
+            out += _read_jsonl(WORKLOADS_DIR / f"{n}.jsonl", categories)
         return out
     path = Path(workload.prompts)
     if workload.format == "sharegpt":
         return _read_sharegpt(path)
-    return _read_jsonl(path)
+    return _read_jsonl(path, categories)
 
 
-def _read_jsonl(path: Path) -> list[str]:
+def _read_jsonl(path: Path, categories: dict[str, str] | None = None) -> list[str]:
     out = []
     try:
         lines = path.read_text().splitlines()
@@ -83,6 +84,8 @@ def _read_jsonl(path: Path) -> list[str]:
         text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else obj
         if not isinstance(text, str) or not text:
             raise LoadError(f"{path}:{no}: expected {{\"prompt\": \"...\"}} (or \"text\")")
+        if categories is not None and isinstance(obj.get("category"), str):
+            categories.setdefault(text, obj["category"])
         out.append(text)
     if not out:
         raise LoadError(f"{path}: no prompts")
@@ -114,9 +117,10 @@ def _read_sharegpt(path: Path) -> list[str]:
     return out
 
 
-def build_requests(workload: Workload, prompts: list[str]) -> tuple[list[RequestSpec],
-                                                                    list[RequestSpec]]:
-    """(warm-up requests, measured requests), sampled with the workload's seed."""
+def build_requests(workload: Workload, prompts: list[str], categories: dict[str, str] | None = None
+                   ) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """(warm-up requests, measured requests), sampled with the workload's seed; each carries its
+    prompt's category from `categories` (see read_prompts)."""
     rng = random.Random(workload.seed)
     order: list[str] = []
     need = workload.num_prompts + workload.warmup_requests
@@ -126,11 +130,12 @@ def build_requests(workload: Workload, prompts: list[str]) -> tuple[list[Request
         order += batch
     specs = []
     for text in order[:need]:
+        category = (categories or {}).get(text)
         if workload.input_chars is not None:
             n = rng.randint(workload.input_chars.min, workload.input_chars.max)
             text = (text * (n // len(text) + 1))[:n]
         out = rng.randint(workload.output_tokens.min, workload.output_tokens.max)
-        specs.append(RequestSpec(text, out))
+        specs.append(RequestSpec(text, out, category))
     return specs[:workload.warmup_requests], specs[workload.warmup_requests:]
 
 
@@ -207,11 +212,14 @@ HEALTH_FAILURES = 2                 # ... and this many failed probes in a row a
 
 def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, seed: int,
         timeout_s: float, is_warmup: bool = False, first_idx: int = 0,
-        stop: threading.Event | None = None, on_done=None, api: str = API_GENERATE
-        ) -> LoadResult:
+        stop: threading.Event | None = None, on_done=None, api: str = API_GENERATE,
+        offsets: list[float] | None = None) -> LoadResult:
     """Send `specs` with at most `concurrency` in flight (closed loop, like bench_serving's
-    --max-concurrency), each through `client.send` over `api`. `stop` set: no new requests are
-    sent; those in flight finish.
+    --max-concurrency), each through `client.send` over `api`; or, given `offsets` (seconds from
+    the load's start, `arrivals`), each at its own time whatever is in flight (open loop, at most
+    arrivals.MAX_IN_FLIGHT). Each request records when it was really sent (`send_offset_ms`,
+    stamped in the thread that sends it) and, open loop, when it was due (`arrival_offset_ms`).
+    `stop` set: no new requests are sent; those in flight finish.
 
     A hung server aborts the load instead of costing len(specs) x timeout_s: after HANG_TIMEOUTS
     consecutive request timeouts, or HEALTH_FAILURES consecutive failed /health probes (one every
@@ -240,8 +248,11 @@ def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, se
     def one(i: int) -> None:
         if (stop is not None and stop.is_set()) or abort.is_set():
             return
+        sent = time.monotonic()
         r = send(port, specs[i], first_idx + i, is_warmup, temperature,
                  seed + first_idx + i, timeout_s, conns, api=api)
+        r.category, r.send_offset_ms = specs[i].category, (sent - t0) * 1000
+        r.arrival_offset_ms = offsets[i] * 1000 if offsets is not None else None
         if abort.is_set() and r.success:     # cut short by the abort: not a complete answer
             r.success, r.error = False, "cut: the load was aborted (server hangs)"
         results[i] = r
@@ -269,8 +280,15 @@ def run(port, specs: list[RequestSpec], concurrency: int, temperature: float, se
     watcher = threading.Thread(target=watch, name="load-health", daemon=True)
     watcher.start()
     try:
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
-            for fut in [pool.submit(one, i) for i in range(len(specs))]:
+        workers = concurrency if offsets is None else min(len(specs), arrivals.MAX_IN_FLIGHT)
+        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="load") as pool:
+            if offsets is None:
+                futs = [pool.submit(one, i) for i in range(len(specs))]
+            else:
+                futs = []
+                arrivals.dispatch(offsets, lambda i: futs.append(pool.submit(one, i)), t0,
+                                  arrivals.stopper(stop, abort))
+            for fut in futs:
                 procs.wait_result(fut)    # short waits: a stop signal is seen between requests
     finally:
         done_evt.set()

@@ -43,31 +43,31 @@ PROBE_WARN_GAIN = 0.04
 def _weights_id(row: dict) -> str | None:
     """Identity of a run's draft weights: sha1 of its weight files (read here if local, else as
     the sweep recorded it where the server ran), else the path."""
-    path = row.get("draft_model_path")
+    path = row["draft_model_path"]
     mi = modelinfo.info(path)
     return (mi.weights_sha1 if mi is not None and mi.weights_sha1 else None) \
-        or row.get("draft_weights_sha1") or path
+        or row["draft_weights_sha1"] or path
 
 
 def served_ids(row: dict) -> list[int] | None:
     """The served aux ids: what the sweep configured, else the draft's config.json at the path the
     server_args line names (ingested logs), else None."""
     try:
-        ids = json.loads(row["aux_layer_ids"]) if row.get("aux_layer_ids") else None
+        ids = json.loads(row["aux_layer_ids"]) if row["aux_layer_ids"] else None
     except ValueError:
         ids = None
     if isinstance(ids, list):
         return [int(i) for i in ids]
-    return modelinfo.aux_layer_ids(row.get("draft_model_path"))
+    return modelinfo.aux_layer_ids(row["draft_model_path"])
 
 
 def target_of(row: dict) -> tuple[str | None, int | None]:
     """(architecture, layer count) of the target from its config.json when it is local, else as
     the sweep recorded them where the server ran."""
-    mi = modelinfo.info(row.get("model_path"), hash_weights=False)
+    mi = modelinfo.info(row["model_path"], hash_weights=False)
     if mi is not None:
         return mi.architecture, mi.num_layers
-    return row.get("target_architecture"), row.get("target_num_layers")
+    return row["target_architecture"], row["target_num_layers"]
 
 
 def _fmt_outputs(outputs: list) -> str:
@@ -81,8 +81,8 @@ def capture_text(row: dict, ids: list[int]) -> str | None:
     arch, L = target_of(row)
     if L is None:
         return None
-    readings = aux_layers.read(arch, ids, L, row.get("sglang_version"))
-    used, _ = aux_layers.rules_for(row.get("sglang_version"))
+    readings = aux_layers.read(arch, ids, L, row["sglang_version"])
+    used, _ = aux_layers.rules_for(row["sglang_version"])
     if len(readings) == 1:
         (rd,) = readings.values()
         return (f"on {arch} ({L} layers; SGLang {used} rule: {aux_layers.RULE_TEXT[rd.rule]}) ids "
@@ -126,9 +126,9 @@ def sibling(ctx: Context, row: dict) -> dict | None:
     best = None
     for r in ctx.summary:
         if (r["run_id"] == row["run_id"] or r["sweep_name"] != row["sweep_name"]
-                or r.get("accept_len") is None or r.get("speculative_algorithm") is None
+                or r["accept_len"] is None or r["speculative_algorithm"] is None
                 or served_ids(r) in (None, ids)
-                or any(r.get(k) != row.get(k) for k in (
+                or any(r[k] != row[k] for k in (
                     "speculative_num_steps", "speculative_eagle_topk",
                     "speculative_num_draft_tokens", "concurrency", "model_path", "tp_size"))
                 or _weights_id(r) != me):
@@ -140,10 +140,10 @@ def sibling(ctx: Context, row: dict) -> dict | None:
 
 def _apart(ctx: Context, row: dict, sib: dict) -> bool:
     """Every repeat of row's group below every repeat of sib's group (>= 2 repeats each)."""
-    mine, theirs = ctx.stats.get(row.get("group_id")), ctx.stats.get(sib.get("group_id"))
-    if not mine or not theirs or min(mine.get("repeats") or 0, theirs.get("repeats") or 0) < 2:
+    mine, theirs = ctx.stats.get(row["group_id"]), ctx.stats.get(sib["group_id"])
+    if not mine or not theirs or min(mine["repeats"] or 0, theirs["repeats"] or 0) < 2:
         return False
-    hi, lo = mine.get("accept_len_max"), theirs.get("accept_len_min")
+    hi, lo = mine["accept_len_max"], theirs["accept_len_min"]
     return hi is not None and lo is not None and hi < lo
 
 
@@ -158,7 +158,7 @@ def _id_hints(row: dict) -> list[str]:
                 f"layers they capture is unknown: SGLang's rule depends on its architecture "
                 f"(Llama-family: output of layer id; DeepseekV2/V3, Kimi-K2.5, GLM-4-MoE-Lite: "
                 f"output of layer id-1 unless the first id is 1, and -1 captures nothing)"]
-    readings = aux_layers.read(arch, ids, L, row.get("sglang_version"))
+    readings = aux_layers.read(arch, ids, L, row["sglang_version"])
     hints = [capture_text(row, ids)]
     default = [2, L // 2, L - 3]  # SGLang's capture indices when the draft names no ids
     for name, rd in readings.items():
@@ -183,17 +183,17 @@ def _id_hints(row: dict) -> list[str]:
 
 
 def check_accept(ctx: Context, row: dict, ws: list[dict], probe) -> list[Finding]:
-    al = row.get("accept_len")
+    al = row["accept_len"]
     if al is None:
         return []
     kept = [w for w in ws if views.kept_window(w) and w["accept_len"] is not None]
     worst = sorted(kept, key=lambda w: w["accept_len"])[:MAX_EVIDENCE_ROWS]
     rows = tuple(window_ref(ctx, w, f"accept len {w['accept_len']:.2f}") for w in worst) + config_ref(ctx, row)
     step1, n_req = _step1(ctx, row["run_id"])
-    nums = {"accept_len": al, "windows": row.get("windows"),
-            "speculative_num_steps": row.get("speculative_num_steps"),
-            "speculative_num_draft_tokens": row.get("speculative_num_draft_tokens"),
-            "accept_rate": row.get("accept_rate"), "aux_layer_ids": served_ids(row)}
+    nums = {"accept_len": al, "windows": row["windows"],
+            "speculative_num_steps": row["speculative_num_steps"],
+            "speculative_num_draft_tokens": row["speculative_num_draft_tokens"],
+            "accept_rate": row["accept_rate"], "aux_layer_ids": served_ids(row)}
     if step1 is not None:
         nums.update(step1_acceptance=round(step1, 4), requests=n_req)
         rows += (Ref("requests", run_id=row["run_id"], note=f"{n_req} requests' spec_accept_histogram"),)
@@ -208,7 +208,7 @@ def check_accept(ctx: Context, row: dict, ws: list[dict], probe) -> list[Finding
         out.append(Finding(
             row["run_id"], row["run_name"], "accept_len_near_1", "error",
             f"accept length {al:.2f} < {LOW_ACCEPT_LEN}: the draft is not predicting the target",
-            Evidence(nums, rows), "; ".join(hints) + "; " + generic, row.get("config_offset")))
+            Evidence(nums, rows), "; ".join(hints) + "; " + generic, row["config_offset"]))
     severity = None
     if sib is not None and al <= SIBLING_ACCEPT_RATIO * sib["accept_len"]:
         severity = "error"
@@ -236,7 +236,7 @@ def check_accept(ctx: Context, row: dict, ws: list[dict], probe) -> list[Finding
             Evidence(n2, rows + (Ref("runs", run_id=sib["run_id"], note="sibling run"),)),
             f"serve eagle_aux_hidden_state_layer_ids = {want} (as in run {sib['run_name']})"
             + (f"; {why}" if why else ""),
-            row.get("config_offset")))
+            row["config_offset"]))
     return out
 
 
@@ -250,7 +250,7 @@ def check_probe(ctx: Context, row: dict, probe) -> list[Finding]:
             "probe_tokens": probe.tokens, "top_candidates": [[i, round(a, 4)] for i, a in probe.top],
             "captured_layers_by_cosine": chk.captured_layers,
             "capture_cosine": [round(s.cosine, 4) for s in chk.segments],
-            "accept_len": row.get("accept_len")}
+            "accept_len": row["accept_len"]}
     return [Finding(
         row["run_id"], row["run_name"], "aux_ids_mismatch", severity,
         f"the draft expects aux ids {probe.best_ids}, served {probe.served_ids}: "
@@ -259,16 +259,16 @@ def check_probe(ctx: Context, row: dict, probe) -> list[Finding]:
         f"set eagle_aux_hidden_state_layer_ids = {probe.best_ids} in the draft's config.json "
         f"(or `aux_layer_ids = {probe.best_ids}` in the sweep file); the served capture was checked "
         f"by cosine/RMS to be layers {chk.captured_layers}, so the engine's capture is right and the "
-        f"ids are not", row.get("config_offset"))]
+        f"ids are not", row["config_offset"])]
 
 
 def probe_ids(ctx: Context, row: dict, cache: dict):
     """The built-in engine's id probe for this run, or None when it does not apply."""
-    if row.get("engine") != "builtin":
+    if row["engine"] != "builtin":
         return None
     launched = ctx.launched.get(row["run_id"], {})
-    t = modelinfo.local_dir(row.get("model_path")) or modelinfo.local_dir(launched.get("model_path"))
-    d = modelinfo.local_dir(row.get("draft_model_path")) or modelinfo.local_dir(launched.get("draft_model_path"))
+    t = modelinfo.local_dir(row["model_path"]) or modelinfo.local_dir(launched.get("model_path"))
+    d = modelinfo.local_dir(row["draft_model_path"]) or modelinfo.local_dir(launched.get("draft_model_path"))
     if t is None or d is None or not (d / "model.safetensors").is_file():
         return None
     ids = served_ids(row)
@@ -299,7 +299,7 @@ def index0_ids(row: dict, module: str) -> tuple[list[int], str | None]:
     the first layer, where the Llama-family loops of SGLang <= 0.5.20 have no residual yet. The
     rule is the target architecture's, else the one every architecture of `module` shares."""
     ids, (arch, L) = served_ids(row), target_of(row)
-    version = row.get("sglang_version")
+    version = row["sglang_version"]
     name = aux_layers.rule(arch, version)
     if name is None:
         names = {aux_layers.rule(a, version) for a, m in aux_layers.MODULES.items() if m == module}

@@ -96,7 +96,7 @@ def window_ref(ctx: Context, w: dict, note: str | None = None, table: str = "dec
 
 
 def config_ref(ctx: Context, row: dict) -> tuple[Ref, ...]:
-    if row.get("config_offset") is None:
+    if row["config_offset"] is None:
         return ()
     return (Ref("server_configs", ctx.paths.get(row["config_source_id"], row["config_source_id"]),
                 None, row["config_offset"], note="server_args line (effective spec config)"),)

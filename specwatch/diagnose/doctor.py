@@ -30,7 +30,7 @@ from specwatch.diagnose.finding import SEVERITY_ORDER, Finding
 
 
 def is_speculative(row: dict) -> bool:
-    return row.get("speculative_algorithm") is not None
+    return row["speculative_algorithm"] is not None
 
 
 def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
@@ -38,11 +38,11 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
     ctx = context.load(db, run)
     findings, checked, cache = [], [], {}
     for row in ctx.scope:
-        if row.get("status") == "failed":
+        if row["status"] == "failed":
             checked.append(row)
             findings += serving.check_failed(ctx, row)
             continue
-        if not is_speculative(row) or row.get("status") not in (None, "ok"):
+        if not is_speculative(row) or row["status"] not in (None, "ok"):
             continue
         checked.append(row)
         ws = ctx.windows.get((row["run_id"], row["config_offset"]), [])

@@ -51,10 +51,10 @@ class Finding:
 
 
 def _spec_label(row: dict) -> str:
-    parts = [row.get("speculative_algorithm") or "?"]
+    parts = [row["speculative_algorithm"] or "?"]
     for k, tag in (("speculative_num_steps", "s"), ("speculative_eagle_topk", "k"),
                    ("speculative_num_draft_tokens", "d"), ("concurrency", "c")):
-        if row.get(k) is not None:
+        if row[k] is not None:
             parts.append(f"{tag}{row[k]}")
     return " ".join(parts)
 
@@ -72,7 +72,7 @@ def render_text(findings: list[Finding], checked: list[dict]) -> str:
     for f in findings:
         by_run.setdefault((f.run, f.config_offset), []).append(f)
     for row in checked:
-        fs = by_run.get((row["run_name"], row.get("config_offset")), [])
+        fs = by_run.get((row["run_name"], row["config_offset"]), [])
         if not fs:
             continue
         out.append(f"run {row['run_name']} ({_spec_label(row)})")

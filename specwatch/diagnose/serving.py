@@ -62,7 +62,7 @@ def check_dp(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
                     f"DP ranks disagree: accept length spread {spread:.0%}, gen throughput max/min {ratio:.2f}",
                     Evidence(nums, rows[:MAX_EVIDENCE_ROWS]),
                     "check the router's balance (#running-req per rank) and each rank's GPU; a rank "
-                    "with a lower accept length may run another draft or config", row.get("config_offset"))]
+                    "with a lower accept length may run another draft or config", row["config_offset"])]
 
 
 def check_graph(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
@@ -81,7 +81,7 @@ def check_graph(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
                     "speculative decoding launches many small kernels per step; without CUDA graphs "
                     "the launch overhead eats the gain. Remove --disable-cuda-graph, or raise "
                     "--cuda-graph-max-bs-decode (before SGLang 0.5.23: --cuda-graph-max-bs) above the "
-                    "running batch size", row.get("config_offset"))]
+                    "running batch size", row["config_offset"])]
 
 
 def check_queue(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
@@ -108,7 +108,7 @@ def check_queue(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
                                Evidence(nums, rows),
                                "the server cannot keep up with the offered load: throughput and "
                                "latency numbers are not steady-state; lower the request rate or "
-                               "concurrency, or raise --max-running-requests", row.get("config_offset")))
+                               "concurrency, or raise --max-running-requests", row["config_offset"]))
             break
     return out
 
@@ -132,7 +132,7 @@ def check_kv(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
                     Evidence(nums, rows),
                     "retracted requests are recomputed, which hides the speculation gain; lower "
                     "--max-running-requests or --speculative-num-draft-tokens, or raise "
-                    "--mem-fraction-static", row.get("config_offset"))]
+                    "--mem-fraction-static", row["config_offset"])]
 
 
 def check_first_window(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
@@ -149,7 +149,7 @@ def check_first_window(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]
                     "throughput includes warm-up/idle time and whose accept length can mix earlier steps",
                     Evidence(nums, tuple(window_ref(ctx, w, "only window (after idle)") for w in only[:MAX_EVIDENCE_ROWS])),
                     "run longer (more output tokens or prompts) or lower --decode-log-interval so each "
-                    "rank prints several windows", row.get("config_offset"))]
+                    "rank prints several windows", row["config_offset"])]
 
 
 # Known causes of a server that died before it was ready -> what to do (first match wins).
@@ -182,11 +182,11 @@ def failure_hint(reason: str | None) -> str:
 def check_failed(ctx: Context, row: dict) -> list[Finding]:
     """A config whose server died (or never got ready): its real cause, its log, and a hint. A
     death inside the target's EAGLE-3 aux capture names the ids behind it and the fix."""
-    reason = row.get("failure_reason")
+    reason = row["failure_reason"]
     logs = ctx.logs.get(row["run_id"], [])
     refs = tuple(Ref("sources", p, note="server log") for p in logs) + config_ref(ctx, row)
-    nums = {"status": row.get("status"), "failure_reason": reason, "server_logs": logs or None}
-    name = row.get("config_name") or row["run_name"]
+    nums = {"status": row["status"], "failure_reason": reason, "server_logs": logs or None}
+    name = row["config_name"] or row["run_name"]
     title, hint = f"config {name} failed: {reason or 'no cause recorded'}", failure_hint(reason)
     crash = capture_crash(ctx, row)   # the capture code runs only with EAGLE-3 / DFlash on
     if crash is not None:
@@ -194,8 +194,8 @@ def check_failed(ctx: Context, row: dict) -> list[Finding]:
         bad, rule_name = index0_ids(row, crash.module)
         where = f"sglang/srt/models/{crash.module}.py:{crash.line_no}"
         nums.update(aux_layer_ids=ids, crash_frame=where, crash_code=crash.code,
-                    sglang_version=row.get("sglang_version"))
-        version = f"SGLang {row['sglang_version']}" if row.get("sglang_version") else "SGLang"
+                    sglang_version=row["sglang_version"])
+        version = f"SGLang {row['sglang_version']}" if row["sglang_version"] else "SGLang"
         title = f"config {name} failed in the target's EAGLE-3 aux capture: "
         if bad:
             none_yet = ("NoneType" in crash.exception
@@ -222,4 +222,4 @@ def check_failed(ctx: Context, row: dict) -> list[Finding]:
             hint = (f"{served} reach the capture code at {where}; check that they name layers "
                     f"of this target and that the draft's hidden size matches it")
     return [Finding(row["run_id"], row["run_name"], "config_failed", "error", title,
-                    Evidence(nums, refs), hint, row.get("config_offset"))]
+                    Evidence(nums, refs), hint, row["config_offset"])]

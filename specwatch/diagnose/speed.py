@@ -28,15 +28,15 @@ def _comparable_baseline(ctx: Context, row: dict, base: dict) -> tuple[bool, dic
     me = ctx.batch.get((row["run_id"], row["config_offset"]))
     other = ctx.batch.get((base["run_id"], base["config_offset"]))
     info = {}
-    if row.get("concurrency") is not None or base.get("concurrency") is not None:
-        info.update(concurrency=row.get("concurrency"), baseline_concurrency=base.get("concurrency"))
-        return row.get("concurrency") == base.get("concurrency"), info
+    if row["concurrency"] is not None or base["concurrency"] is not None:
+        info.update(concurrency=row["concurrency"], baseline_concurrency=base["concurrency"])
+        return row["concurrency"] == base["concurrency"], info
     if not me or not other or me[0] is None or other[0] is None:
         return False, info
     info.update(median_running_req=me[0], baseline_median_running_req=other[0])
     if max(me[0], other[0]) > BATCH_MATCH_RATIO * max(min(me[0], other[0]), 1e-9):
         return False, info
-    v1, v2 = row.get("sglang_version"), base.get("sglang_version")
+    v1, v2 = row["sglang_version"], base["sglang_version"]
     if v1 is not None or v2 is not None:
         info.update(sglang_version=v1, baseline_sglang_version=v2)
         return v1 == v2, info
@@ -50,10 +50,10 @@ def _comparable_baseline(ctx: Context, row: dict, base: dict) -> tuple[bool, dic
 def _speed_suggestion(row: dict, blocker: str | None, at: str, paying: list[int]) -> str:
     if blocker is not None:
         return f"fix the accept length first (see {blocker}): with a working draft this config may pay"
-    sugg = (f"overhead dominates{at}: each step drafts {row.get('speculative_num_steps')} tokens "
-            f"(topk {row.get('speculative_eagle_topk')}, {row.get('speculative_num_draft_tokens')} "
+    sugg = (f"overhead dominates{at}: each step drafts {row['speculative_num_steps']} tokens "
+            f"(topk {row['speculative_eagle_topk']}, {row['speculative_num_draft_tokens']} "
             f"verified) for an accept length of "
-            f"{row['accept_len']:.2f}; " if row.get("accept_len") is not None else
+            f"{row['accept_len']:.2f}; " if row["accept_len"] is not None else
             f"overhead dominates{at}; ")
     sugg += "try fewer --speculative-num-steps, a smaller --speculative-eagle-topk / num-draft-tokens"
     if paying:
@@ -69,18 +69,18 @@ def _check_speed_repeats(ctx: Context, row: dict, st: dict, base: dict, blocker:
     and 95 % interval (config_stats), never on one repeat's dip. 'loses' -> error; a point
     estimate below 1 whose interval contains 1 -> warning; anything else says nothing."""
     # one finding per group: on its first run among those diagnosed (`doctor --run` may name any)
-    first = min(r["run_id"] for r in ctx.scope if r.get("group_id") == row.get("group_id"))
+    first = min(r["run_id"] for r in ctx.scope if r["group_id"] == row["group_id"])
     if st["verdict"] == "pays" or st["speedup"] >= SLOWER_SPEEDUP or row["run_id"] != first:
         return []
-    at = f" at concurrency {st['concurrency']}" if st.get("concurrency") is not None else ""
+    at = f" at concurrency {st['concurrency']}" if st["concurrency"] is not None else ""
     by_conc = {r["concurrency"]: r for r in ctx.stats.values()
                if r["sweep_name"] == st["sweep_name"] and r["config_name"] == st["config_name"]
-               and r["concurrency"] is not None and r.get("speedup") is not None}
+               and r["concurrency"] is not None and r["speedup"] is not None}
     nums = {"baseline_run": base["run_name"], "speedup": st["speedup"],
             "speedup_ci_low": st["speedup_ci_low"], "speedup_ci_high": st["speedup_ci_high"],
             "repeats": st["repeats"], "verdict": st["verdict"], "speedup_basis": st["speedup_basis"],
-            "concurrency": st.get("concurrency")}
-    others = {str(c): r["speedup"] for c, r in sorted(by_conc.items()) if c != st.get("concurrency")}
+            "concurrency": st["concurrency"]}
+    others = {str(c): r["speedup"] for c, r in sorted(by_conc.items()) if c != st["concurrency"]}
     if others:
         nums["speedup_by_concurrency"] = others
     paying = sorted(c for c, r in by_conc.items() if r["verdict"] == "pays")
@@ -90,31 +90,31 @@ def _check_speed_repeats(ctx: Context, row: dict, st: dict, base: dict, blocker:
     if st["verdict"] == "loses":
         return [Finding(row["run_id"], row["run_name"], "slower_than_baseline", "error",
                         f"speculation is slower than no speculation{at}: speedup {interval}",
-                        Evidence(nums, rows), sugg, row.get("config_offset"))]
+                        Evidence(nums, rows), sugg, row["config_offset"])]
     return [Finding(row["run_id"], row["run_name"], "slower_than_baseline", "warning",
                     f"speculation may be slower than no speculation{at}: speedup {interval}; the "
                     f"interval contains 1, so this is within noise",
                     Evidence(nums, rows), "add repeats to tell; if it stays below 1: " + sugg,
-                    row.get("config_offset"))]
+                    row["config_offset"])]
 
 
 def check_speed(ctx: Context, row: dict, blocker: str | None = None) -> list[Finding]:
     """`blocker`: the code of an accept-length finding on the same run, to be fixed first."""
-    base = next((r for r in ctx.summary if r["run_id"] == row.get("baseline_run_id")), None)
+    base = next((r for r in ctx.summary if r["run_id"] == row["baseline_run_id"]), None)
     if base is None:
         return []
-    st = ctx.stats.get(row.get("group_id"))
-    if st is not None and st.get("speedup_ci_low") is not None and st.get("speedup") is not None \
-            and st.get("verdict") in ("pays", "loses", "unclear"):
+    st = ctx.stats.get(row["group_id"])
+    if st is not None and st["speedup_ci_low"] is not None and st["speedup"] is not None \
+            and st["verdict"] in ("pays", "loses", "unclear"):
         return _check_speed_repeats(ctx, row, st, base, blocker)
     nums = {"baseline_run": base["run_name"]}
-    if row.get("speedup_client") is not None:
+    if row["speedup_client"] is not None:
         if row["speedup_client"] >= SLOWER_SPEEDUP:
             return []
         nums.update(speedup_client=row["speedup_client"], output_tok_s=row["output_tok_s"],
-                    baseline_output_tok_s=base["output_tok_s"], concurrency=row.get("concurrency"))
+                    baseline_output_tok_s=base["output_tok_s"], concurrency=row["concurrency"])
         what = f"client output {row['output_tok_s']:.1f} tok/s vs {base['output_tok_s']:.1f} without speculation"
-    elif row.get("speedup_gen") is not None and row["speedup_gen"] < SLOWER_SPEEDUP:
+    elif row["speedup_gen"] is not None and row["speedup_gen"] < SLOWER_SPEEDUP:
         ok, info = _comparable_baseline(ctx, row, base)
         if not ok:
             return []
@@ -125,7 +125,7 @@ def check_speed(ctx: Context, row: dict, blocker: str | None = None) -> list[Fin
     else:
         return []
     speedup = nums.get("speedup_client", nums.get("speedup_gen"))
-    at = f" at concurrency {row['concurrency']}" if row.get("concurrency") is not None else ""
+    at = f" at concurrency {row['concurrency']}" if row["concurrency"] is not None else ""
     others = sorted((r["concurrency"], r["speedup_client"]) for r in ctx.summary
                     if r["sweep_name"] is not None and r["sweep_name"] == row["sweep_name"]
                     and r["config_name"] == row["config_name"] and r["run_id"] != row["run_id"]
@@ -137,12 +137,12 @@ def check_speed(ctx: Context, row: dict, blocker: str | None = None) -> list[Fin
     return [Finding(row["run_id"], row["run_name"], "slower_than_baseline", "error",
                     f"speculation is slower than no speculation{at}: speedup {speedup:.2f} ({what})",
                     Evidence(nums, rows), _speed_suggestion(row, blocker, at, paying),
-                    row.get("config_offset"))]
+                    row["config_offset"])]
 
 
 def check_accept_rate(ctx: Context, row: dict) -> list[Finding]:
-    al, pr, ar = row.get("accept_len"), row.get("accept_rate_printed"), row.get("accept_rate")
-    ndt, steps = row.get("speculative_num_draft_tokens"), row.get("speculative_num_steps")
+    al, pr, ar = row["accept_len"], row["accept_rate_printed"], row["accept_rate"]
+    ndt, steps = row["speculative_num_draft_tokens"], row["speculative_num_steps"]
     # Without the draft-token count the comparable rate is not SGLang's (accept_len-1)/(N-1) (a
     # pasted log mixing vLLM windows, say): nothing to compare the printed rate with.
     if None in (al, pr, ar, ndt) or abs(pr - ar) <= RATE_DEF_TOL:
@@ -161,4 +161,4 @@ def check_accept_rate(ctx: Context, row: dict) -> list[Finding]:
                   "speculative_num_steps": steps, "speculative_num_draft_tokens": ndt},
                  config_ref(ctx, row)),
         "compare runs of different SGLang versions by accept_rate ((accept_len-1)/(draft tokens-1)) "
-        "or accept_len, never by the printed rate", row.get("config_offset"))]
+        "or accept_len, never by the printed rate", row["config_offset"])]

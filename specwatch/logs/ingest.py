@@ -134,6 +134,7 @@ class FileIngestor:
         self._tail_of: schema.Source | None = None   # the source _tail_bytes belongs to
         self._tail_bytes = b""
         self._hold: bulk.WriterHold | None = None
+        self._last_ts: list = []   # [ts_us, line] of the last record read (clock.jumps)
 
     def close(self) -> None:
         if self._prefetch is not None:   # not used: let its thread finish before the file closes
@@ -303,7 +304,7 @@ class FileIngestor:
             batches = Batches()
             parse_chunk(data, src.source_id, self.path, offset, lines_done, batches, notes,
                         final=final, align=0 if read_to_end else self.align_rows,
-                        buffers=self._bufs.scan_buffers())
+                        buffers=self._bufs.scan_buffers(), last_ts=self._last_ts)
             if batches.aligned:
                 self._row_bytes = batches.consumed / batches.aligned
             if batches.consumed or final:

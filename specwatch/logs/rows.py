@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from specwatch.logs import fastscan, parse, reassemble
+from specwatch.logs import clock, fastscan, parse, reassemble
 from specwatch.db import schema, store
 
 MAX_LINE_TEXT = 2000       # characters of a rejected line kept in rejected_lines
@@ -215,9 +215,14 @@ def logical_row(lg: reassemble.Logical, source_id: str, path: str) -> tuple[str,
     record the store cannot hold becomes a rejected_lines row naming the column and why."""
     got = lg.result
     if isinstance(got, parse.Record):
+        why = clock.not_a_date(got.timestamp)
+        problem = ("ts_text", why) if why else None
+        if problem is None and (why := clock.not_a_date(got.outer_ts)):
+            problem = ("outer_ts_text", why)
         try:
-            table, row = record_row(got, source_id, lg.offset, lg.line_no)
-            problem = row_problem(table, row)
+            if problem is None:
+                table, row = record_row(got, source_id, lg.offset, lg.line_no)
+                problem = row_problem(table, row)
         except (ValueError, OverflowError) as exc:
             problem = (None, f"a value cannot be stored: {exc}")
         if problem is None:
@@ -274,7 +279,7 @@ def _add(batches: Batches, result, lgs, source_id: str, path: str) -> None:
 
 def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start_line: int,
                 batches: Batches, result, fast: bool | None = None, final: bool = True,
-                align: int = 0, buffers=None) -> None:
+                align: int = 0, buffers=None, last_ts: list | None = None) -> None:
     """Parse complete lines in `data` (which ends with a newline) into `batches`; counts rejected
     lines and adds warnings to `result`. Records hard-wrapped over several lines are joined
     (`reassemble`). A record still open at the end of `data` (it may go on in the next line) is
@@ -291,7 +296,9 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
     with the next chunk), so that every chunk but a file's last inserts whole DuckDB row groups of
     decode windows (see ingest.ROW_GROUP_ROWS). Not done when the chunk has fewer decode windows,
     or warned (its warnings cannot be split). `buffers`: a `fastscan.Buffers` to scan into; the
-    set used is `batches.buffers` (its rows are views of it until stored)."""
+    set used is `batches.buffers` (its rows are views of it until stored). A clock jump between
+    the rows kept (`clock.jumps`) is warned; `last_ts` carries the file's last [ts_us, line] from
+    one call to the next."""
     r = reassemble.Reassembler(safe_parse)
     warned = len(result.warnings)
     if fast if fast is not None else fastscan.available():
@@ -346,6 +353,7 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
             offset, line_no, batches.aligned = cut
             consumed, lines = offset - start_offset, line_no - 1 - start_line
             result.rejected -= _drop_from(batches, offset)
+    kept = []
     for table, c in cols.items():
         n = len(c["byte_offset"])
         offs = np.asarray(c["byte_offset"])
@@ -354,8 +362,30 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
             c = {k: v.slice(0, n) for k, v in c.items()}              # in byte order
         if n:
             batches.add_arrow(table, fast_table(table, c, n, source_id))
+            kept.append(c)
+    _warn_jumps(batches, kept, start_offset, path, result, [] if last_ts is None else last_ts)
     batches.lines += lines
     batches.consumed = consumed
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _warn_jumps(batches: Batches, fast: list[dict], start: int, path: str, result,
+                last: list) -> None:
+    """Warn about the first clock jump (and how many) among the rows from `start` on."""
+    parts = [(np.asarray(c["byte_offset"]), np.asarray(c["line_no"]),
+              np.asarray(c["ts"].cast(pa.int64()))) for c in fast]
+    for cols in batches.tables.values():
+        got = [(o, n, (t.replace(tzinfo=None) - _EPOCH) // dt.timedelta(microseconds=1))
+               for o, n, t in zip(cols["byte_offset"], cols["line_no"], cols.get("ts", ()))
+               if t is not None and o >= start]
+        if got:
+            parts.append(tuple(np.array(x, np.int64) for x in zip(*got)))
+    if parts:
+        found = clock.jumps(*(np.concatenate(x) for x in zip(*parts)), last)
+        if found:
+            result.warnings.append(clock.describe_jump(path, found[0], len(found)))
 
 
 def _aligned_cut(fast: dict[str, pa.Array], slow: dict[str, list] | None, start: int, end: int,

@@ -155,7 +155,8 @@ def config_columns(sweep: Sweep, c: Config, aux_ids) -> dict:
 
 def model_facts(c: Config) -> dict:
     """What the model files say, read where the server is launched (NULL when not local)."""
-    target, draft = modelinfo.info(c.model), modelinfo.info(c.draft_model)
+    # only the draft's weights are hashed (its identity for siblings); a target's can be tens of GB
+    target, draft = modelinfo.info(c.model, hash_weights=False), modelinfo.info(c.draft_model)
     return {"draft_weights_sha1": draft.weights_sha1 if draft is not None else None,
             "target_architecture": target.architecture if target is not None else None,
             "target_num_layers": target.num_layers if target is not None else None}

@@ -40,7 +40,7 @@ def _save(path, layers, captured_layers, configured_ids=None, dtype=torch.bfloat
     ([2, 4, 6], [1, 3, 5]),        # ids written in the input-of-layer convention
     ([0, 3, 6], [-1, 3, 6]),       # embedding output captured
 ])
-def test_recovers_known_offsets(tmp_path, configured, captured):
+def test_each_segment_matches_its_known_layer_and_offset(tmp_path, configured, captured):
     layers = _stack()
     f = _save(tmp_path / "both.safetensors", layers, captured, configured)
     res = align.align_files(f, f)
@@ -52,7 +52,7 @@ def test_recovers_known_offsets(tmp_path, configured, captured):
     assert res.matches_config is (captured == configured)
 
 
-def test_separate_files_torch_format_and_explicit_ids(tmp_path):
+def test_separate_torch_files_read_the_stored_ids_and_explicit_ids_override_them(tmp_path):
     layers = _stack(num_layers=6, d=48, seed=3, orthogonal=False)
     dump = tmp_path / "layers.pt"
     torch.save({f"layer_{k - 1}": layers[:, k] for k in range(7)}, dump)
@@ -80,7 +80,7 @@ def test_rescaled_capture_is_not_confirmed(tmp_path):
     assert "RMS" in res.problems[0]
 
 
-def test_cli_text_json_and_exit_codes(tmp_path):
+def test_cli_text_and_json_name_the_offset_and_exit_1_on_mismatch_0_on_match(tmp_path):
     layers = _stack()
     f = _save(tmp_path / "d.safetensors", layers, [1, 3, 5], [-1, 1, 3])
     text = run_cli("align", "--dump", f, "--capture", f, check=False)

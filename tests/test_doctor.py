@@ -72,7 +72,7 @@ def test_evidence_points_at_stored_rows(samples_db):
     assert seen_windows >= 5
 
 
-def test_cli_json_shape_and_exit_codes(samples_db):
+def test_cli_json_has_the_finding_fields_and_exits_1_with_problems_0_clean_2_unknown_run(samples_db):
     proc = run_cli("doctor", "--db", samples_db, "--format", "json", check=False)
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
@@ -94,7 +94,7 @@ def test_cli_json_shape_and_exit_codes(samples_db):
     assert missing.returncode == 2 and "no run named 'no-such-run'" in missing.stderr
 
 
-def test_no_speculation_no_findings(db):
+def test_baseline_only_store_gets_no_findings_and_exit_0(db):
     ingest.ingest_paths(db, [str(SAMPLES / "sglang-0.5.1-baseline.log"),
                              str(SAMPLES / "sglang-0.5.23-llama8b-baseline.log")])
     findings, checked = doctor.diagnose(db)
@@ -190,7 +190,7 @@ def _run_log(path: Path, t0: dt.datetime, al: float, tput: float, spec: bool = T
     _write(path, rows)
 
 
-def test_sweep_sibling_offset_and_client_slowdown(db, tmp_path):
+def test_sweep_sibling_names_the_slot_shift_and_slowdown_says_where_speculation_pays(db, tmp_path):
     """Same draft and shape, ids [-1,1,3] vs [1,3,5]: doctor names the slot shift and the ids. The
     correct config pays at c=1 but not at c=4: disable above batch size 1. The shifted config's
     slowdown defers to its accept-length finding."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from specwatch.run import sweepfile     # partly loaded when sweepfile imports this module
+from specwatch.run import sweepfile     # its checks; sweepfile imports this module in loads()
 from specwatch.run.tomllines import Lines
 from specwatch.run.tomlranges import Range
 

@@ -75,7 +75,6 @@ from pathlib import Path
 from specwatch.engine import BUILTIN_PREFIX  # "builtin:": shipped models and prompt sets
 from specwatch.run.tomllines import Lines as _Lines
 from specwatch.run.tomlranges import Range, numbers
-from specwatch.run import slurm_settings  # the [slurm] table (it imports this module back)
 
 ENGINES = ("builtin", "sglang")
 PROMPT_SETS = ("chat", "code", "math", "summarisation", "mixed")
@@ -151,7 +150,7 @@ class Sweep:
     workload: Workload
     configs: tuple[Config, ...]
     skipped: tuple[Skipped, ...] = field(default=())
-    slurm: slurm_settings.SlurmSettings | None = None   # [slurm], for --executor slurm
+    slurm: "slurm_settings.SlurmSettings | None" = None   # [slurm], for --executor slurm
 
 
 # ------------------------------------------------------------------------------- types
@@ -332,6 +331,7 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
 
     workload = _workload(data.get("workload", {}), lines, base_dir, engine)
     configs, skipped = _expand(data, lines, engine)
+    from specwatch.run import slurm_settings   # [slurm] (a local import: it imports us)
     return Sweep(
         name=name, path=path, engine=engine,
         launch_command=tuple(launch_command) if launch_command else None,

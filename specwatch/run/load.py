@@ -32,9 +32,11 @@ from specwatch.run import client
 from specwatch.run.client import error_text as _error_text  # noqa: F401
 from specwatch.run.client import get as _get, post as _post
 from specwatch.engine import BUILTIN_PREFIX
-from specwatch.run.sweepfile import PROMPT_SETS, Workload
+from specwatch.run.sweepfile import Workload
 
 WORKLOADS_DIR = Path(__file__).resolve().parent / "workloads"
+# builtin:mixed: every set but long_context, whose prompts exceed the built-in engine's context
+MIXED_SETS = ("chat", "code", "math", "summarisation")
 
 
 class LoadError(RuntimeError):
@@ -57,7 +59,7 @@ def read_prompts(workload: Workload, categories: dict[str, str] | None = None) -
     with {prompt: category} from JSONL rows that name one (every built-in set does)."""
     if workload.prompts.startswith(BUILTIN_PREFIX):
         name = workload.prompts[len(BUILTIN_PREFIX):]
-        names = [n for n in PROMPT_SETS if n != "mixed"] if name == "mixed" else [name]
+        names = list(MIXED_SETS) if name == "mixed" else [name]
         out = []
         for n in names:
             out += _read_jsonl(WORKLOADS_DIR / f"{n}.jsonl", categories)

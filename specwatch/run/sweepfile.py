@@ -9,7 +9,7 @@ configs to compare. A no-speculation baseline (one per tp/dp/pp shape) is always
     draft_model = "builtin:draft-eagle3"   # default draft for every speculative config
     speculative_algorithm = "EAGLE3"       # default EAGLE3
     server_flags = ["--decode-log-interval", "8"]   # passed to every config, baseline included
-    concurrency = [1, 4]                   # load levels; each config is measured at each
+    concurrency = [1, 4]                   # load levels (request_rate, [slo]...: traffic.py)
     repeats = 1                            # measurements per (config, concurrency)
     # optional: launch_command = ["python", "-m", "sglang.launch_server"] (override the program),
     # sglang_version = "0.5.23" (picks version-specific flags; default: the installed one),
@@ -17,7 +17,7 @@ configs to compare. A no-speculation baseline (one per tp/dp/pp shape) is always
     # startup_timeout_s = 600, request_timeout_s = 300, stop_grace_s = 15; [slurm]: slurm_settings
 
     [workload]
-    prompts = "builtin:mixed"     # builtin:chat|code|math|summarisation|mixed, or a file path
+    prompts = "builtin:mixed"     # builtin:<set> (workloads/README.md), or a file path
                                   # (relative to the sweep file): JSONL of {"prompt": ...} or
                                   # {"text": ...} rows, or a ShareGPT JSON/JSONL file
     format = "jsonl"              # "jsonl" | "sharegpt" (default: guessed from the file)
@@ -75,9 +75,10 @@ from pathlib import Path
 from specwatch.engine import BUILTIN_PREFIX  # "builtin:": shipped models and prompt sets
 from specwatch.run.tomllines import Lines as _Lines
 from specwatch.run.tomlranges import Range, numbers
+from specwatch.run import traffic  # load levels, arrivals, SLO, rate search, adaptive repeats
 
 ENGINES = ("builtin", "sglang")
-PROMPT_SETS = ("chat", "code", "math", "summarisation", "mixed")
+PROMPT_SETS = ("chat", "code", "math", "summarisation", "long_context", "mixed")
 
 
 class SweepFileError(ValueError):
@@ -151,6 +152,7 @@ class Sweep:
     configs: tuple[Config, ...]
     skipped: tuple[Skipped, ...] = field(default=())
     slurm: "slurm_settings.SlurmSettings | None" = None   # [slurm], for --executor slurm
+    traffic: traffic.Traffic = traffic.Traffic()        # load levels, SLO, search (traffic.py)
 
 
 # ------------------------------------------------------------------------------- types
@@ -164,7 +166,7 @@ TOP_KEYS = {
     "port": _INT, "env": "a table of strings", "startup_timeout_s": _FLOAT,
     "request_timeout_s": _FLOAT, "stop_grace_s": _FLOAT, "concurrency": _INT_LIST,
     "repeats": _INT, "workload": "a table", "grid": "an array of tables ([[grid]])",
-    "config": "an array of tables ([[config]])", "slurm": "a table ([slurm])",
+    "config": "an array of tables ([[config]])", "slurm": "a table ([slurm])", **traffic.TOP_KEYS,
 }
 WORKLOAD_KEYS = {
     "prompts": _STR, "format": _STR, "num_prompts": _INT, "warmup_requests": _INT,
@@ -298,12 +300,11 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
                              f"model = \"builtin:target\" or a local model directory")
     name = data.get("name", Path(path).stem)
     check_name(name, lines.at('', 'name'), "name")
-    concurrency = data.get("concurrency", [1])
-    if not concurrency:
-        raise SweepFileError(f"{lines.at('', 'concurrency')}: concurrency: give a non-empty list "
-                             f"of integers ({RANGES['']['concurrency']})")
     repeats = data.get("repeats", 1)
-    port = data.get("port")
+    try:
+        tr = traffic.parse(data, lines, base_dir, repeats)
+    except traffic.TrafficError as exc:
+        raise SweepFileError(str(exc)) from None
     env = data.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise SweepFileError(f"{lines.at('', 'env')}: env: expected a table of strings, e.g. "
@@ -325,9 +326,8 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
             check_argv_strings(data[key], lines.at('', key), key,
                                own_flags=key == "server_flags")
     defaults = DEFAULTS[engine]
-    timeouts = {}
-    for key in ("startup_timeout_s", "request_timeout_s", "stop_grace_s"):
-        timeouts[key] = float(data.get(key, defaults[key]))
+    timeouts = {k: float(data.get(k, defaults[k]))
+                for k in ("startup_timeout_s", "request_timeout_s", "stop_grace_s")}
 
     workload = _workload(data.get("workload", {}), lines, base_dir, engine)
     configs, skipped = _expand(data, lines, engine)
@@ -335,10 +335,10 @@ def loads(text: str, path: str = "<sweep>", base_dir: Path | None = None) -> Swe
     return Sweep(
         name=name, path=path, engine=engine,
         launch_command=tuple(launch_command) if launch_command else None,
-        sglang_version=data.get("sglang_version"), model=data["model"], port=port,
-        env=tuple(sorted(env.items())), concurrency=tuple(concurrency), repeats=repeats,
+        sglang_version=data.get("sglang_version"), model=data["model"], port=data.get("port"),
+        env=tuple(sorted(env.items())), concurrency=tr.concurrency, repeats=repeats,
         workload=workload, configs=tuple(configs), skipped=tuple(skipped), **timeouts,
-        slurm=slurm_settings.parse(data.get("slurm"), lines))
+        slurm=slurm_settings.parse(data.get("slurm"), lines), traffic=tr)
 
 
 def check_name(name: str, where: str, key: str) -> None:

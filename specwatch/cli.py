@@ -272,10 +272,14 @@ def serve(args):
 @click.option("--gpus", default=None, help="GPU ids to place configs on, e.g. 0,1,2,3 (default: CPU).")
 @click.option("--force", is_flag=True, help="Re-run configs that already finished ok.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
-              show_default=True, help="Where configs run: this host, or one Ray task per config.")
+@click.option("--executor", type=click.Choice(["local", "ray", "slurm"]), default="local",
+              show_default=True, help="Where configs run: this host, one Ray task per config, or "
+                                      "one Slurm array task per config (the sweep's [slurm]).")
 @click.option("--ray-address", default="auto", show_default=True,
               help="Ray cluster to join with --executor ray (`auto`: the usual Ray discovery).")
+@click.option("--slurm-folder", default=None, type=click.Path(file_okay=False),
+              help="--executor slurm: submitit's job folder, on a filesystem the nodes share "
+                   "(default: OUT_DIR/slurm).")
 @click.option("--endpoint", default=None, metavar="URL",
               help="Attach mode: measure the sweep's one speculative config on this running "
                    "server (http://HOST:PORT); nothing is launched.")
@@ -285,8 +289,8 @@ def serve(args):
               help="Attach mode: the baseline (no speculation) server.")
 @click.option("--baseline-log", default=None, type=click.Path(dir_okay=False),
               help="Attach mode: the baseline server's log file.")
-def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_address, endpoint,
-              log_path, baseline_endpoint, baseline_log):
+def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_address, slurm_folder,
+              endpoint, log_path, baseline_endpoint, baseline_log):
     """Run every config of a sweep (plus a no-speculation baseline): launch the server, drive the
     load, ingest its log, stop it, and print the comparison table. Re-running resumes (configs
     that failed are retried). Exit 0 when every config is ok, 1 when one is failed (also from an
@@ -308,14 +312,15 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
             attach["baseline"] = (baseline_endpoint, baseline_log)
         if executor != "local":
             raise click.ClickException("--endpoint attaches to running servers; it cannot be "
-                                       "combined with --executor ray")
+                                       f"combined with --executor {executor}")
     elif log_path or baseline_log:
         raise click.ClickException("--log and --baseline-log go with --endpoint / "
                                    "--baseline-endpoint (attach mode)")
     try:
         spec, result = sweep.run_sweep_main(sweep_file, db=db, out_dir=out_dir, gpus=gpus,
                                             force=force, executor=executor,
-                                            ray_address=ray_address, attach=attach)
+                                            ray_address=ray_address, attach=attach,
+                                            slurm_folder=slurm_folder)
         res = query.report(db, sweep=spec.name)
         rep = query.stats_report(db, sweep=spec.name)
         failed = sweep.failed_configs(db, spec)

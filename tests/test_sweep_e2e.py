@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +53,34 @@ def rows(db: Path, sql: str, params=()) -> list[dict]:
         return [dict(zip(cols, r)) for r in cur.fetchall()]
     finally:
         con.close()
+
+
+class DbOpeners:
+    """Samples /proc/*/fd while a sweep runs: which processes had the DuckDB file open."""
+
+    def __init__(self, db: Path):
+        self.db = str(db)
+        self.pids: set[int] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stop.wait(0.1):
+            for p in os.listdir("/proc"):
+                if not p.isdigit():
+                    continue
+                try:
+                    for fd in os.listdir(f"/proc/{p}/fd"):
+                        if os.readlink(f"/proc/{p}/fd/{fd}").startswith(self.db):
+                            self.pids.add(int(p))
+                except OSError:
+                    continue
+
+    def close(self) -> set[int]:
+        self.stop.set()
+        self.thread.join()
+        return self.pids
 
 
 MODELS = ROOT / "specwatch" / "engine" / "models"

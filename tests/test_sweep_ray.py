@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_sweep_e2e import ROOT, leftovers, quiet, rows
+from test_sweep_e2e import ROOT, DbOpeners, leftovers, quiet, rows
 
 ray = pytest.importorskip("ray", reason="pip install 'specwatch[ray]' (scripts/test.sh does)")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -73,34 +73,6 @@ def cluster():
     finally:
         ray.shutdown()
         c.shutdown()
-
-
-class DbOpeners:
-    """Samples /proc/*/fd while a sweep runs: which processes had the DuckDB file open."""
-
-    def __init__(self, db: Path):
-        self.db = str(db)
-        self.pids: set[int] = set()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while not self.stop.wait(0.1):
-            for p in os.listdir("/proc"):
-                if not p.isdigit():
-                    continue
-                try:
-                    for fd in os.listdir(f"/proc/{p}/fd"):
-                        if os.readlink(f"/proc/{p}/fd/{fd}").startswith(self.db):
-                            self.pids.add(int(p))
-                except OSError:
-                    continue
-
-    def close(self) -> set[int]:
-        self.stop.set()
-        self.thread.join()
-        return self.pids
 
 
 def test_ray_sweep_matches_local_and_records_nodes(cluster, tmp_path):

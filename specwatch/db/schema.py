@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 18   # 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+SCHEMA_VERSION = 19   # 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
 
 
 def _t(sql: str):
@@ -115,6 +115,10 @@ class Run:
     target_num_layers: int = _t("INTEGER")    # the target's num_hidden_layers
     ray_node_id: str = _t("VARCHAR")
     ray_retries: int = _t("INTEGER")
+    # --executor slurm: the Slurm job (the array's job id; a task controller's pid in submitit's
+    # local mode) and the array task that measured the run (NULL for a plain job, local mode)
+    slurm_job_id: str = _t("VARCHAR")
+    slurm_array_task_id: int = _t("INTEGER")
     attached_endpoint: str = _t("VARCHAR")
     # JSON of what decides the generated tokens (sampling.sampling_fingerprint): temperature, top_p,
     # top_k, ignore_eos, max tokens, chat template on/off, seed, prompts. NULL = unknown (ingested log).

@@ -26,6 +26,8 @@ Executors:
 - fixed `port` in the sweep file: one config at a time (they cannot share the port), each with
   its runs in interleaved order; servers are restarted between configs, not between repeats.
 - ray (`--executor ray`, see `ray_executor`): one Ray task per config on the cluster.
+- slurm (`--executor slurm`, see `slurm_executor`): one Slurm array task per config (submitit).
+  Both remote executors share `executors.drive` and return results that the driver stores.
 - attach (`--endpoint`): no server is launched; the load goes to running servers.
 
 Live ingest: for local executors the driver tails each server's log into the database while the
@@ -140,11 +142,6 @@ def parse_gpus(text: str | None) -> tuple[int, ...] | None:
     if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
         raise SweepError(f"--gpus {text!r}: ids must be distinct and >= 0")
     return ids
-
-
-def gpus_needed(c: Config) -> int:
-    fn = getattr(launch, "gpus_needed", None)     # tp*pp*dp once launch has it
-    return fn(c) if fn is not None else c.tp_size
 
 
 # ------------------------------------------------------------------------------- local driver
@@ -310,13 +307,15 @@ def shares_host(sweep: Sweep, gpus: tuple[int, ...] | None) -> bool:
 def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None = None,
               force: bool = False, stop: threading.Event | None = None, progress=None,
               executor: str = "local", ray_address: str | None = None,
-              attach: dict[str, tuple[str, str | None]] | None = None) -> SweepResult:
+              attach: dict[str, tuple[str, str | None]] | None = None,
+              slurm_folder: str | None = None) -> SweepResult:
     """Measure every config with runs left to do (see the module docstring for executors).
-    `attach`: {config name: (endpoint URL, log path or None)}; other configs are not measured."""
+    `attach`: {config name: (endpoint URL, log path or None)}; other configs are not measured.
+    `slurm_folder`: --executor slurm's submitit folder (default `out_dir/slurm`)."""
     stop = stop or threading.Event()
     progress = progress or Progress()
     # Servers a dead specwatch left running (its watchdog killed too) hold ports and GPUs.
-    reaped = launch.reap_stale(Path(out_dir) / sweep.name)
+    reaped = procs.reap_stale(Path(out_dir) / sweep.name)
     if reaped:
         progress.note("reaped", f"stopped {len(reaped)} process(es) a previous run left behind: "
                       f"{reaped}")
@@ -344,12 +343,16 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
         outcomes.append(res)
 
     used: set[int] = set()
-    if executor == "ray":
-        from specwatch.run import ray_executor
+    if executor in ("ray", "slurm"):
+        from specwatch.run import executors, ray_executor, slurm_executor
         try:
-            ray_executor.run(list(jobs.values()), db, out_dir, ray_address, stop, progress,
-                             finished)
-        except ray_executor.RayUnavailable as exc:
+            if executor == "ray":
+                ray_executor.run(list(jobs.values()), db, out_dir, ray_address, stop, progress,
+                                 finished)
+            else:
+                slurm_executor.run(list(jobs.values()), db, out_dir, slurm_folder, stop,
+                                   progress, finished)
+        except executors.ExecutorUnavailable as exc:
             # nothing ran: the rows marked running go back to what resume measures again
             writer.store_rows(db, [{**base_row(j, k, i), "status": "failed", "failure_reason":
                                     str(exc)} for j in jobs.values()
@@ -374,7 +377,7 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
         for name, job in jobs.items():
             if stop.is_set():
                 break
-            need = gpus_needed(job.config)
+            need = launch.gpus_needed(job.config)
             if gpus is not None and need > len(gpus):
                 outcomes.append(_unplaceable(db, job, len(gpus)))
                 continue
@@ -401,7 +404,7 @@ def _run_on_gpus(jobs: list[ConfigJob], gpus: tuple[int, ...], db: str, stop, dr
     used: set[int] = set()
     pending = []
     for job in jobs:
-        if gpus_needed(job.config) > len(gpus):
+        if launch.gpus_needed(job.config) > len(gpus):
             outcomes.append(_unplaceable(db, job, len(gpus)))
         else:
             pending.append(job)
@@ -409,7 +412,7 @@ def _run_on_gpus(jobs: list[ConfigJob], gpus: tuple[int, ...], db: str, stop, dr
     with ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="config") as pool:
         while (pending and not stop.is_set()) or running:
             for job in list(pending):
-                need = gpus_needed(job.config)
+                need = launch.gpus_needed(job.config)
                 if need <= len(free) and not stop.is_set():
                     gpu_set = tuple(free[:need])
                     del free[:need]
@@ -429,7 +432,7 @@ def _run_on_gpus(jobs: list[ConfigJob], gpus: tuple[int, ...], db: str, stop, dr
 
 def _unplaceable(db: str, job: ConfigJob, n: int) -> ConfigResult:
     c = job.config
-    need = gpus_needed(c)
+    need = launch.gpus_needed(c)
     reason = (f"{c.name} needs {need} GPUs (tp_size={c.tp_size}) but --gpus lists {n}; give more "
               "GPUs or drop this config")
     rows = [{**base_row(job, k, i), "status": "failed", "failure_reason": reason}
@@ -447,7 +450,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def run_sweep_main(sweep_file: str, db: str, out_dir: str, gpus: str | None = None,
                    force: bool = False, executor: str = "local", ray_address: str | None = None,
-                   attach: dict | None = None, progress=None) -> tuple[Sweep, SweepResult]:
+                   attach: dict | None = None, progress=None, slurm_folder: str | None = None
+                   ) -> tuple[Sweep, SweepResult]:
     """`specwatch run-sweep` minus the printing: load the sweep file, install the stop signals
     (SIGINT, SIGTERM, SIGHUP all stop cleanly; a second one aborts), run."""
     try:
@@ -481,7 +485,7 @@ def run_sweep_main(sweep_file: str, db: str, out_dir: str, gpus: str | None = No
             previous[sig] = signal.signal(sig, on_signal)
     try:
         result = run_sweep(sweep, db, out_dir, gpu_ids, force, stop, progress, executor,
-                           ray_address, attach)
+                           ray_address, attach, slurm_folder)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -71,7 +71,9 @@ def local_log(result: ConfigResult, out_dir: str | Path) -> Path | None:
     if result.log_bytes is None:
         return Path(result.log_path) if result.log_path else None
     node = (result.hostname or "node") + (f"-{result.ray_node_id[:8]}" if result.ray_node_id
-                                          else "")
+                                          else "") + (f"-{result.slurm_job_id}" if
+                                                      result.slurm_job_id else "") + (
+        f"_{result.slurm_array_task_id}" if result.slurm_array_task_id is not None else "")
     path = Path(out_dir) / result.sweep / result.config / f"{node}-{Path(result.log_path).name}"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.stat().st_size != len(result.log_bytes):
@@ -106,7 +108,8 @@ def store_result(db: str, result: ConfigResult, out_dir: str | Path,
     source_id = ingest_log(db, local_log(result, out_dir))
     node = {"node_hostname": result.hostname, "sglang_version": result.sglang_version,
             "ray_node_id": result.ray_node_id,
-            "ray_retries": result.ray_retries}
+            "ray_retries": result.ray_retries, "slurm_job_id": result.slurm_job_id,
+            "slurm_array_task_id": result.slurm_array_task_id}
     rows, reqs, ranges = [], {}, {}
     runs = [r for r in result.runs if r.run_id not in skip]
     for r in runs:

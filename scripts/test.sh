@@ -8,8 +8,9 @@ if ! command -v chromium >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "warning: could not install chromium; browser tests will fail" >&2
 fi
-# [ray]: the Ray executor's tests run on a Ray cluster simulated on this machine.
-python -m pip install -q -e '.[dev,ray]'
+# [ray]: the Ray executor's tests run on a Ray cluster simulated on this machine; [slurm]:
+# the Slurm executor's run on submitit's local executor.
+python -m pip install -q -e '.[dev,ray,slurm]'
 python -m pytest -q
 # Slower end-to-end tests; pytest exits 5 when a marker selects nothing.
 python -m pytest -q -m slow || { rc=$?; [ "$rc" -eq 5 ] || exit "$rc"; }

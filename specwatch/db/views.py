@@ -17,6 +17,10 @@ from __future__ import annotations
 #   that includes warm-up/idle, and its accept length can mix in steps from before the run
 #   (LOG_FORMATS §4.3), so summaries drop it unless it is the only window of its rank.
 #
+# run_rank_metrics (one row per run, server config and DP rank): the same sums per DP rank (PP ranks
+#   of one DP rank pooled); accept_len = Σ(accept_len_w · running_req_w) / Σ running_req_w over the
+#   rank's kept windows, rank_gen_tok_s = the mean gen throughput of its kept windows. run_metrics
+#   pools these; doctor's DP check compares them.
 # run_metrics (one row per run and server config; config_summary adds the per-run speedups):
 #   accept_len          = Σ(accept_len_w · running_req_w) / Σ running_req_w over kept windows.
 #                         A window's accept_len is Σ tokens / Σ batch sizes over its steps; weighting
@@ -115,7 +119,7 @@ _KEPT = "CASE WHEN windows_all = 1 THEN first_{0} ELSE {0}_k END"
 VIEWS = [
     f"CREATE OR REPLACE VIEW decode_windows_scoped AS {scoped_windows_sql()}",
     f"""
-CREATE OR REPLACE VIEW run_metrics AS
+CREATE OR REPLACE VIEW run_rank_metrics AS
 WITH kept AS (
   SELECT * FROM run_window_sums s
   -- a partition counts while its run still holds that source (writers re-scope runs)
@@ -134,6 +138,13 @@ WITH kept AS (
     sum({_KEPT.format("gen_sum")}) / nullif(sum({_KEPT.format("gen_n")}), 0) AS rank_gen_tok_s,
     bool_or({_KEPT.format("graph")}) AS graph_enabled
   FROM kept GROUP BY ALL
+)
+SELECT *, al_num / nullif(al_den, 0) AS accept_len FROM per_rank
+""",
+    """
+CREATE OR REPLACE VIEW run_metrics AS
+WITH per_rank AS (
+  SELECT * FROM run_rank_metrics
 ), per_cfg AS (
   SELECT run_id, config_source_id, config_offset,
     count(*) AS dp_ranks,

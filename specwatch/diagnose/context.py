@@ -27,6 +27,7 @@ class Context:
     logs: dict = field(default_factory=dict)        # run_id -> [server log paths]
     launched: dict = field(default_factory=dict)    # run_id -> runs row (what a sweep launched)
     stats: dict = field(default_factory=dict)       # group_id -> config_stats row (repeats pooled)
+    ranks: dict = field(default_factory=dict)       # (run_id, config_offset) -> run_rank_metrics rows
 
 
 class DoctorError(RuntimeError):
@@ -59,6 +60,11 @@ def load(db, run: str | None) -> Context:
         FROM decode_windows_scoped WHERE run_id IN ({marks})
         ORDER BY run_id, source_id, byte_offset""", ids):
         ctx.windows.setdefault((w["run_id"], w["config_offset"]), []).append(w)
+    for r in select(db, f"""
+        SELECT run_id, config_offset, dp_rank, windows, accept_len, rank_gen_tok_s
+        FROM run_rank_metrics WHERE run_id IN ({marks}) AND dp_rank IS NOT NULL
+        ORDER BY run_id, config_offset, dp_rank""", ids):
+        ctx.ranks.setdefault((r["run_id"], r["config_offset"]), []).append(r)
     for b in select(db, f"""
         SELECT run_id, config_offset, median(running_req) AS batch, min(ts) AS first_ts
         FROM decode_windows_scoped WHERE {views.KEPT_WINDOW_SQL} GROUP BY ALL"""):

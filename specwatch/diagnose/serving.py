@@ -33,31 +33,25 @@ GRAPH_OFF_FRACTION = 0.5
 
 
 def check_dp(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
-    by = {}
-    for w in ws:
-        if not views.kept_window(w):
-            continue
-        if w["dp_rank"] is not None:
-            by.setdefault(w["dp_rank"], []).append(w)
-    if len(by) < 2:
+    """Per-rank accept length and gen throughput as `run_rank_metrics` defines them; the windows
+    only point at each rank's first kept line."""
+    per = {r["dp_rank"]: r for r in ctx.ranks.get((row["run_id"], row["config_offset"]), [])}
+    if len(per) < 2:
         return []
-    per = {}
-    for rank, rs in sorted(by.items()):
-        den = sum(w["running_req"] or 0 for w in rs if w["accept_len"] is not None)
-        al = (sum(w["accept_len"] * (w["running_req"] or 0) for w in rs if w["accept_len"] is not None)
-              / den) if den else None
-        tp = [w["gen_throughput_tok_s"] for w in rs if w["gen_throughput_tok_s"] is not None]
-        per[rank] = (al, statistics.fmean(tp) if tp else None, rs)
-    als = [v[0] for v in per.values() if v[0] is not None]
-    tps = [v[1] for v in per.values() if v[1] is not None]
+    als = [r["accept_len"] for r in per.values() if r["accept_len"] is not None]
+    tps = [r["rank_gen_tok_s"] for r in per.values() if r["rank_gen_tok_s"] is not None]
     spread = (max(als) - min(als)) / statistics.fmean(als) if len(als) > 1 and statistics.fmean(als) else 0
     ratio = max(tps) / min(tps) if len(tps) > 1 and min(tps) > 0 else 1
     if spread <= DP_ACCEPT_SPREAD and ratio <= DP_TPUT_RATIO:
         return []
-    nums = {f"dp{r}": {"accept_len": v[0], "gen_throughput_tok_s": v[1], "windows": len(v[2])}
-            for r, v in per.items()}
+    nums = {f"dp{k}": {"accept_len": r["accept_len"], "gen_throughput_tok_s": r["rank_gen_tok_s"],
+                       "windows": r["windows"]} for k, r in per.items()}
     nums.update(accept_len_spread=round(spread, 4), gen_throughput_ratio=round(ratio, 4))
-    rows = tuple(window_ref(ctx, v[2][0], f"first kept window of DP{r}") for r, v in per.items())
+    first = {}
+    for w in ws:
+        if views.kept_window(w) and w["dp_rank"] in per:
+            first.setdefault(w["dp_rank"], w)
+    rows = tuple(window_ref(ctx, w, f"first kept window of DP{k}") for k, w in sorted(first.items()))
     return [Finding(row["run_id"], row["run_name"], "dp_ranks_disagree", "warning",
                     f"DP ranks disagree: accept length spread {spread:.0%}, gen throughput max/min {ratio:.2f}",
                     Evidence(nums, rows[:MAX_EVIDENCE_ROWS]),

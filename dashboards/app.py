@@ -453,7 +453,8 @@ def view_findings(db: str, run_ids: tuple, refresh_s: int | None) -> None:
 def view_sql(db: str) -> None:
     st.caption("Read-only, row-capped, time-limited. Views: `config_summary`, `config_flags`, "
                "`decode_windows_scoped`; tables: `runs`, `requests`, `decode_windows`, ...")
-    sql = st.text_area("SQL", value=Q.DEFAULT_SQL, height=140, key="sql_text")
+    sql = st.text_area("SQL", value=Q.DEFAULT_SQL, height=140, key="sql_text",
+                       max_chars=query.MAX_SQL_CHARS)   # run_sql refuses longer text too
     c1, c2 = st.columns([1, 4], vertical_alignment="bottom")
     max_rows = c1.number_input("Row cap", min_value=1, max_value=100_000, value=1000, key="sql_cap")
     run = c2.button("Run query", type="primary", key="sql_run")

@@ -14,8 +14,21 @@ import sys
 import click
 
 from specwatch.db import store
+from specwatch.db.query import MAX_MEMORY_MB, MAX_ROWS, MAX_TIMEOUT_S
 
 DB_HELP = "DuckDB file (env SPECWATCH_DB)."
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf: its comparisons let NaN through."""
+
+    name = "finite float range"
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{rv} is not in the range {self._describe_range()}.", param, ctx)
+        return rv
 
 
 def db_option(f):
@@ -142,11 +155,14 @@ def ingest(paths, db, run):
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-@click.option("--max-rows", default=1000, show_default=True, help="Row cap.")
-@click.option("--timeout", default=30.0, show_default=True,
-              help="Seconds before the query is stopped (at most 60: writers wait only so long).")
+@click.option("--max-rows", default=1000, show_default=True,
+              type=click.IntRange(1, MAX_ROWS), help="Row cap.")
+@click.option("--timeout", default=30.0, show_default=True, type=FiniteRange(0, MAX_TIMEOUT_S, min_open=True),
+              help=f"Seconds before the query is stopped (at most {MAX_TIMEOUT_S:g}: writers wait "
+                   "only so long).")
 @click.option("--memory-limit", "memory_mb", default=1024, show_default=True,
-              type=click.IntRange(min=64), help="MB the query may use before it is stopped.")
+              type=click.IntRange(64, MAX_MEMORY_MB),
+              help="MB the query may use before it is stopped (at most this machine's memory).")
 def sql(query, db, fmt, max_rows, timeout, memory_mb):
     """Run one read-only SQL query (SELECT/WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN or a read-only
     PRAGMA) in a sandbox: no files, network, extensions, settings or writes; time and memory
@@ -199,23 +215,24 @@ def report(db, fmt, run, sweep, wide):
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @db_option
 @click.option("--run", default=None, help="Run name (default: each file's name).")
-@click.option("--poll-interval", default=0.25, show_default=True,
+@click.option("--poll-interval", default=0.25, show_default=True, type=FiniteRange(0.01, 60),
               help="Seconds between polls when file-system events are not delivered.")
 @click.option("--quiet", is_flag=True,
               help="No status lines or rule warnings (alerts are still stored); problems with "
                    "files or the database are still reported.")
-@click.option("--alert-accept-len", default=1.5, show_default=True,
+@click.option("--alert-accept-len", default=1.5, show_default=True, type=FiniteRange(0, 1024),
               help="Warn when accept length stays below this ...")
-@click.option("--alert-windows", default=2, show_default=True, type=click.IntRange(min=1),
+@click.option("--alert-windows", default=2, show_default=True, type=click.IntRange(1, 1_000_000),
               help="... for this many consecutive decode windows (also for accept len 1.00 / "
                    "accept rate 0.00 with requests running).")
-@click.option("--alert-trend-windows", default=10, show_default=True, type=click.IntRange(min=2),
+@click.option("--alert-trend-windows", default=10, show_default=True,
+              type=click.IntRange(2, 1_000_000),
               help="Warn when the mean accept length of the last N windows ...")
 @click.option("--alert-trend-drop", default=0.2, show_default=True,
-              type=click.FloatRange(0, 1, min_open=True),
+              type=FiniteRange(0, 1, min_open=True),
               help="... is this fraction below the mean of the first N.")
 @click.option("--alert-rank-gap", default=0.25, show_default=True,
-              type=click.FloatRange(0, min_open=True),
+              type=FiniteRange(0, 100, min_open=True),
               help="Warn when a DP rank's accept length is this fraction away from the other ranks'.")
 @click.option("--no-alerts", is_flag=True, help="Only ingest: no rules, no status lines.")
 def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
@@ -355,7 +372,7 @@ def run_sweep(sweep_file, db, out_dir, gpus, force, as_json, executor, ray_addre
 
 @cli.command()
 @db_option
-@click.option("--port", default=8501, show_default=True)
+@click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but loopback needs --allow-remote.")
 @click.option("--allow-remote", is_flag=True,

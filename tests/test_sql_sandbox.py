@@ -50,7 +50,7 @@ ATTACKS = [
     ("read_csv a file", "SELECT * FROM read_csv('/etc/passwd')", "disabled by configuration"),
     ("glob the file system", "SELECT * FROM glob('/etc/*')", "disabled by configuration"),
     ("read another database as a table", "SELECT * FROM '{victim}'", "disabled by configuration"),
-    ("INSTALL an extension", "INSTALL httpfs", "LOAD statements are not allowed"),
+    ("INSTALL an extension", "INSTALL httpfs", "INSTALL statements are not allowed"),
     ("LOAD an extension", "LOAD httpfs", "not allowed"),
     ("SET a setting", "SET enable_external_access = true", "SET statements are not allowed"),
     ("PRAGMA that sets", "PRAGMA memory_limit='64GB'", "not allowed"),
@@ -152,7 +152,9 @@ def test_timeout_above_what_writers_wait_is_refused(dbs):
     db, _ = dbs
     assert query.MAX_TIMEOUT_S + store.READ_WAIT_S < store.LOCK_WAIT_S
     p = sql(db, "SELECT 1", "--timeout", str(query.MAX_TIMEOUT_S + 1))
-    assert p.returncode == 1 and "writers" in p.stderr
+    assert p.returncode == 2 and "is not in the range 0<x<=60" in p.stderr, p.stderr
+    with pytest.raises(query.QueryError, match="writers"):
+        query.run_sql(db, "SELECT 1", timeout_s=query.MAX_TIMEOUT_S + 1)
 
 
 def test_killed_reader_releases_the_database_for_a_writer(dbs):

@@ -5,15 +5,21 @@ a lock error (it waits briefly instead), and never recomputes a metric: metrics 
 store's views (`store.VIEWS`).
 
 The sandbox (what `specwatch sql` and the dashboard's SQL box get; issue 13, after datasette):
+  - at most MAX_SQL_CHARS characters (DuckDB's parser needs ~3 us and up to ~2 KB per character
+    of some texts, 35 s and 5 GB for 10 MB), refused before anything parses it;
   - exactly one statement, checked with DuckDB's own parser: SELECT / WITH / FROM / VALUES /
     DESCRIBE / SHOW / SUMMARIZE, EXPLAIN of one of those, or a read-only PRAGMA (READ_PRAGMAS);
+    every other statement type, also one newer than this code or than DuckDB's Python enum
+    (`UPDATE EXTENSIONS` is type 29, which it cannot name), is refused by its first keyword;
   - the connection cannot reach anything outside the database file, load extensions, scan Python
     variables or change settings (`store.READER_CONFIG`);
   - user SQL (`isolate=True`) runs in a child process with DuckDB's memory_limit and a resident-
     memory cap, interrupted at its time limit and killed shortly after if DuckDB does not stop
     (a single huge expression such as repeat('x', 2e9) ignores both interrupt and memory_limit);
     killing the child releases the database, so a reader never holds writers out past
-    `MAX_TIMEOUT_S` (store.LOCK_WAIT_S is longer).
+    `MAX_TIMEOUT_S` (store.LOCK_WAIT_S is longer). The statement is parsed in that child too,
+    and the caller watches the child's memory as well: parsing holds the child's GIL, so its own
+    watchdog cannot run then.
 """
 from __future__ import annotations
 
@@ -36,6 +42,9 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_TIMEOUT_S = store.MAX_READ_S
 DEFAULT_MEMORY_MB = 1024
 KILL_GRACE_S = 2.0          # after the interrupt, before the child is killed
+MAX_SQL_CHARS = 100_000     # parsed in ~0.5 s and < 250 MB whatever the text (parens, lists)
+MAX_ROWS = 1_000_000        # a row cap above this is refused: the rows cross a pipe, pickled
+MAX_MEMORY_MB = (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) >> 20
 _RSS_SLACK_MB = 512         # Python + DuckDB + Arrow resident before any query runs, with margin
 
 ALLOWED_KINDS = "SELECT/WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN or a read-only PRAGMA"
@@ -65,6 +74,7 @@ def check_sql(sql: str | None) -> str:
     hint = f"give one {ALLOWED_KINDS} statement, e.g. \"SELECT run_name, accept_len FROM config_summary\""
     if sql is None or not sql.strip():
         raise QueryError(f"empty query: {hint}")
+    check_length(sql)
     try:
         stmts = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -76,26 +86,46 @@ def check_sql(sql: str | None) -> str:
                          f"({ALLOWED_KINDS})")
     stmt = stmts[0]
     text = stmt.query.strip().rstrip(";")
-    kind = stmt.type
+    kind = _kind(stmt)
     if kind == duckdb.StatementType.EXPLAIN:
         inner = re.sub(r"(?is)^\s*EXPLAIN\s+(ANALY[SZ]E\s+)?", "", text)
         try:
             inner_stmts = duckdb.extract_statements(inner)
         except duckdb.Error:
             inner_stmts = []
-        if len(inner_stmts) == 1 and inner_stmts[0].type == duckdb.StatementType.SELECT:
+        if len(inner_stmts) == 1 and _kind(inner_stmts[0]) == duckdb.StatementType.SELECT:
             return text
     elif kind == duckdb.StatementType.SELECT:
         return text
-    elif kind == duckdb.StatementType.PRAGMA:
-        m = re.match(r"(?is)\s*PRAGMA\s+([a-z_][a-z0-9_]*)", text)
-        if m and m.group(1).lower() in READ_PRAGMAS:
+    elif kind == duckdb.StatementType.PRAGMA and (
+            m := re.match(r"(?is)\s*PRAGMA\s+([a-z_][a-z0-9_]*)", text)):
+        if m.group(1).lower() in READ_PRAGMAS:
             return text
-        raise QueryError(f"PRAGMA {m.group(1) if m else '?'} is not allowed: the store is read "
-                         f"here; read-only PRAGMAs: {', '.join(sorted(READ_PRAGMAS))}")
-    name = str(kind).split(".")[-1]
+        raise QueryError(f"PRAGMA {m.group(1)} is not allowed: the store is read here; "
+                         f"read-only PRAGMAs: {', '.join(sorted(READ_PRAGMAS))}")
+    # Anything else by the word it starts with: DuckDB's type names mislead (INSTALL is LOAD,
+    # IMPORT DATABASE is PRAGMA, PIVOT without IN is MULTI) and may be missing (None).
+    word = re.match(r"[\s(]*([A-Za-z_]+)", re.sub(r"(?s)--[^\n]*|/\*.*?\*/", " ", text))
+    name = word.group(1).upper() if word else getattr(kind, "name", "this kind of")
     raise QueryError(f"{name} statements are not allowed: specwatch sql is read-only and runs "
                      f"{ALLOWED_KINDS} only (the store is written only by ingest/tail/run-sweep)")
+
+
+def _kind(stmt) -> duckdb.StatementType | None:
+    """The statement's type, or None for one DuckDB's Python enum cannot name (`.type` raises
+    ValueError `29 is not a valid StatementType` for UPDATE EXTENSIONS in DuckDB 1.1-2.0)."""
+    try:
+        return stmt.type
+    except ValueError:
+        return None
+
+
+def check_length(sql: str) -> None:
+    """QueryError unless `sql` is at most MAX_SQL_CHARS long (checked before any parsing)."""
+    if len(sql) > MAX_SQL_CHARS:
+        raise QueryError(f"query is {len(sql):,} characters; at most {MAX_SQL_CHARS:,} are "
+                         "parsed (DuckDB needs seconds and gigabytes for megabytes of SQL): "
+                         "shorten it, e.g. a long IN (...) list as a range or a join")
 
 
 def run_sql(db: str | Path, sql: str, params: list | None = None, max_rows: int = DEFAULT_MAX_ROWS,
@@ -103,15 +133,24 @@ def run_sql(db: str | Path, sql: str, params: list | None = None, max_rows: int 
             memory_mb: int = DEFAULT_MEMORY_MB) -> Result:
     """Execute one statement read-only (see the module docstring). Returns at most `max_rows`
     rows and says if it cut. `isolate`: run it in a child process whose time and memory limits
-    always hold (for SQL typed by a user); else in this process (specwatch's own queries)."""
-    text = check_sql(sql)
-    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+    always hold (for SQL typed by a user), which also parses it; else in this process
+    (specwatch's own queries)."""
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:   # (NaN fails too)
         raise QueryError(f"timeout must be between 0 and {MAX_TIMEOUT_S:.0f} s: a reader may hold "
                          "the database only that long, so that writers (tail, run-sweep) waiting "
                          "behind it never give up")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or not 1 <= max_rows <= MAX_ROWS:
+        raise QueryError(f"row cap {max_rows!r} is not in 1..{MAX_ROWS:,}; add LIMIT or aggregate "
+                         "for fewer rows")
     if isolate:
-        return _run_child(dict(db=str(db), sql=text, params=params, max_rows=max_rows,
+        if not 64 <= memory_mb <= MAX_MEMORY_MB:
+            raise QueryError(f"memory limit {memory_mb!r} MB is not in 64..{MAX_MEMORY_MB} (this "
+                             "machine's memory)")
+        if sql is not None:
+            check_length(sql)   # before it is pickled; the child parses it
+        return _run_child(dict(db=str(db), sql=sql, params=params, max_rows=max_rows,
                                timeout_s=timeout_s, memory_mb=memory_mb))
+    text = check_sql(sql)
     with store.reader(db) as con:
         return _execute(con, text, params, max_rows, timeout_s)
 
@@ -156,6 +195,16 @@ def _run_child(req: dict) -> Result:
     proc = subprocess.Popen([sys.executable, "-m", "specwatch.db.query"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     budget = store.READ_WAIT_S + req["timeout_s"] + KILL_GRACE_S + 10.0  # + interpreter start
+    stop, over = threading.Event(), []
+
+    def watch():   # the child's own watchdog cannot run while a C call (the parser) holds its GIL
+        while not stop.wait(0.05):
+            if _rss(proc.pid) > (req["memory_mb"] + _RSS_SLACK_MB) << 20:
+                over.append(True)
+                proc.kill()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
     try:
         out, err = proc.communicate(pickle.dumps(req), timeout=budget)
     except subprocess.TimeoutExpired:
@@ -166,6 +215,10 @@ def _run_child(req: dict) -> Result:
         proc.kill()
         proc.wait()
         raise
+    finally:
+        stop.set()
+    if over:
+        raise _over_memory(req["memory_mb"])
     try:
         status, value = pickle.loads(out)
     except Exception:
@@ -174,6 +227,21 @@ def _run_child(req: dict) -> Result:
     if status == "ok":
         return value
     raise value
+
+
+def _rss(pid: int | str = "self") -> int:
+    """Resident bytes of a process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0
+
+
+def _over_memory(limit_mb: int) -> QueryError:
+    return QueryError(f"query used more than {limit_mb + _RSS_SLACK_MB} MB of memory and was "
+                      f"stopped (memory limit {limit_mb} MB); aggregate more, or raise "
+                      "--memory-limit")
 
 
 def _child_main() -> None:
@@ -191,7 +259,6 @@ def _child_main() -> None:
     parent = os.getppid()
     limit_mb = req["memory_mb"]
     rss_cap = (limit_mb + _RSS_SLACK_MB) << 20
-    page = os.sysconf("SC_PAGE_SIZE")
     # Until the database is open: its wait plus the query's; from then on the query's alone.
     kill_at = [time.monotonic() + store.READ_WAIT_S + req["timeout_s"] + KILL_GRACE_S]
 
@@ -200,22 +267,19 @@ def _child_main() -> None:
             time.sleep(0.02)
             if os.getppid() != parent:
                 os._exit(3)          # the caller is gone: nobody wants the answer
-            with open("/proc/self/statm") as f:
-                rss = int(f.read().split()[1]) * page
-            if rss > rss_cap:
-                answer("err", QueryError(
-                    f"query used more than {limit_mb + _RSS_SLACK_MB} MB of memory and was stopped "
-                    f"(memory limit {limit_mb} MB); aggregate more, or raise --memory-limit"), 4)
+            if _rss() > rss_cap:
+                answer("err", _over_memory(limit_mb), 4)
             if time.monotonic() > kill_at[0]:
                 answer("err", QueryError(f"query ran longer than {req['timeout_s']:g} s and was "
                                          "stopped (it did not answer the interrupt)"), 5)
 
     threading.Thread(target=watchdog, daemon=True).start()
     try:
+        sql = check_sql(req["sql"])    # here, under this process's limits, not in the caller
         cfg = {"memory_limit": f"{limit_mb}MB", "threads": 2, "max_temp_directory_size": "0KB"}
         with store.reader(req["db"], config=cfg) as con:
             kill_at[0] = time.monotonic() + req["timeout_s"] + KILL_GRACE_S
-            res = _execute(con, req["sql"], req["params"], req["max_rows"], req["timeout_s"],
+            res = _execute(con, sql, req["params"], req["max_rows"], req["timeout_s"],
                            memory_mb=limit_mb)
         answer("ok", res, 0)
     except (QueryError, store.StoreError) as exc:

@@ -127,9 +127,12 @@ def test_slurm_sweep_matches_local_and_names_every_job(tmp_path):
     assert set(got) == set(loc) and len(got) == 3 * 2
     for key, r in got.items():
         assert r["status"] == "ok"
-        # greedy decoding: the accept length does not depend on where it ran
-        assert (r["client_accept_len"], r["server_accept_len"]) == (
-            loc[key]["client_accept_len"], loc[key]["server_accept_len"]), key
+        # greedy decoding: the accept length does not depend on where it ran (per request, so
+        # also at c=2; the server's own average is over its verify steps, whose batches depend
+        # on when requests arrive, so it is compared alone at c=1)
+        assert r["client_accept_len"] == loc[key]["client_accept_len"], key
+        if key[1] == 1:
+            assert r["server_accept_len"] == loc[key]["server_accept_len"], key
         assert (r["client_accept_len"] is None) == (key[0] == "baseline"), key
         # the run names the job that measured it, as submitit recorded that job
         job, host, config = job_record(folder / "slurmeq", r["slurm_job_id"])

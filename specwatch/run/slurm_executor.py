@@ -45,6 +45,7 @@ from specwatch.run.measure import ConfigJob, ConfigResult
 from specwatch.run.slurm_settings import SlurmSettings
 
 CANCEL_MARGIN_S = 30.0      # Slurm's default KillWait: SIGTERM -> SIGKILL of a cancelled step
+POLL_S = 2.0                # Slurm: how often the result pickles (a shared filesystem) are looked at
 SIGNALS = {
     "SIGTERM": "Slurm sent SIGTERM (preempted, or cancelled outside specwatch)",
     "SIGINT": "the task got SIGINT",
@@ -133,6 +134,7 @@ class SlurmBackend:
         self.cluster = cluster
         self.cancel_grace_s = sweep.stop_grace_s + CANCEL_MARGIN_S
         self.guards: list[procs.Guard] = []
+        self.polled = 0.0
 
     def gpus_per_task(self, job: ConfigJob) -> int:
         g = self.settings.gpus_per_node
@@ -175,7 +177,10 @@ class SlurmBackend:
         return handles
 
     def ready(self, handles: list, timeout_s: float) -> list:
-        done = [h for h in handles if h.done()]
+        done = []
+        if self.local or time.monotonic() - self.polled >= POLL_S:
+            self.polled = time.monotonic()
+            done = [h for h in handles if h.done()]
         if not done:
             time.sleep(timeout_s)
         return done
@@ -184,7 +189,10 @@ class SlurmBackend:
         slurm_id, task = split_job_id(h.job_id)
         state = exit_code = node = None
         sig = None
-        if self.local and not h.paths.result_pickle.exists():
+        # No result file and no sign one is coming (Slurm: COMPLETED, the file may lag on a
+        # shared filesystem, submitit waits for it): do not wait.
+        if not h.paths.result_pickle.exists() and (self.local or
+                                                   not h.state.startswith("COMPLETED")):
             res, error = None, "the task returned no result"
         else:
             try:
@@ -224,10 +232,15 @@ class SlurmBackend:
                            timeout=60)
 
     def kill(self, handles: list) -> None:
+        """Cancelled tasks that did not return: Slurm kills a cancelled step after KillWait (a
+        second scancel changes nothing); a local task gets submitit's cancel (SIGINT, SIGKILL)."""
+        if not self.local:
+            self.cancel(handles)
+            return
         for h in handles:
-            h.cancel(check=False)             # local: SIGINT, then SIGKILL to the task
+            h.cancel(check=False)
         deadline = time.monotonic() + 10
-        while self.local and time.monotonic() < deadline and not all(h.done() for h in handles):
+        while time.monotonic() < deadline and not all(h.done() for h in handles):
             time.sleep(0.1)
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ from test_sweep_e2e import ROOT, DbOpeners, leftovers, quiet, rows
 
 submitit = pytest.importorskip("submitit", reason="pip install 'specwatch[slurm]'")
 
-from specwatch.run import slurm_executor, slurm_settings, sweep, sweepfile  # noqa: E402
+from specwatch.run import procs, slurm_executor, slurm_settings, sweep, sweepfile  # noqa: E402
 
 SWEEP = """\
 name = "{name}"
@@ -326,6 +326,8 @@ SLURM_BIN = {
               'echo $n > "{rec}/count"\ncp "$1" "{rec}/sbatch-$n.sh"\n'
               'echo "Submitted batch job $n"\n',
     "scancel": '#!/bin/sh\necho "$@" >> "{rec}/scancel"\n',
+    # sacct knows no job yet: submitit keeps waiting for the result files
+    "sacct": '#!/bin/sh\necho "JobID|State|NodeList"\n',
 }
 
 
@@ -412,3 +414,32 @@ def test_config_needing_more_gpus_than_asked_is_a_failed_row(tmp_path, slurm_bin
         assert r.status == "failed" and "needs 2 GPUs (tp*pp*dp) but [slurm] gpus_per_node = 1" \
             in r.failure_reason and len(r.runs) == 2
     assert not list(slurm_bin.glob("sbatch-*"))       # nothing was submitted
+
+
+def test_sigkilled_driver_scancels_its_arrays(tmp_path, slurm_bin):
+    """The arrays run on other machines: if run-sweep dies by SIGKILL, its watchdog scancels
+    them (a Ctrl-C does it in the driver)."""
+    extra = '[slurm]\ncluster = "slurm"\n'
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specwatch.cli", "run-sweep",
+         str(sweep_file(tmp_path, "orphan", extra=extra)), "--db", str(tmp_path / "o.duckdb"),
+         "--out-dir", str(tmp_path / "runs"), "--executor", "slurm", "--slurm-folder",
+         str(tmp_path / "submitit")], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(slurm_bin.glob("sbatch-*.sh")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(slurm_bin.glob("sbatch-*.sh")), proc.stderr.read() if proc.poll() else "no sbatch"
+    # the watchdog starts (and learns the job ids) right after sbatch
+    while not [p for p in procs._pids() if procs.proc_stat(p) and procs.proc_stat(p)[1] ==
+               str(proc.pid) and str(procs.WATCHDOG) in " ".join(procs.cmdline(p) or [])] \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert not (slurm_bin / "scancel").exists()     # still waiting for its tasks
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while not (slurm_bin / "scancel").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (slurm_bin / "scancel").read_text().split() == ["4001"]   # the one array, whole

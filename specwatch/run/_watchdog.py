@@ -7,11 +7,14 @@ which comes when specwatch closes the pipe (a clean stop) or when the kernel clo
 specwatch died (SIGKILL included; unlike PR_SET_PDEATHSIG this does not depend on which thread
 forked the server). On EOF it sends SIGTERM to the group and to every descendant it saw (they may
 have left the group), SIGKILL after `grace_s`, then exits. SIGTERM to the watchdog does the same.
+A first line `{"argv": [...]}` instead names a command to run on EOF (`scancel` of the Slurm jobs
+a sweep submitted: they run on other machines, so there is no process here to kill).
 """
 import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import time
 
@@ -109,7 +112,7 @@ def main():
     try:
         while True:
             ready, _, _ = select.select([fd], [], [], POLL_S)
-            if info is not None:
+            if info is not None and "pid" in info:
                 seen.update(_descendants(info["pid"], str(info["start"])))
             if not ready:
                 continue
@@ -119,12 +122,20 @@ def main():
             buf += chunk
             if info is None and b"\n" in buf:
                 info = json.loads(buf.split(b"\n", 1)[0])
-                seen.update(_descendants(info["pid"], str(info["start"])))
+                if "pid" in info:
+                    seen.update(_descendants(info["pid"], str(info["start"])))
     except _Term:
         pass
     if info is not None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        _kill(info, seen)
+        if "argv" in info:
+            try:
+                subprocess.run(info["argv"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=120)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        else:
+            _kill(info, seen)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 - `/proc` readers: `proc_stat`, `descendants`, `alive`, `group_alive` (Linux).
 - `Guard`: a watchdog process (`_watchdog.py`) tied to specwatch by a pipe. When specwatch dies,
   by any signal including SIGKILL, the kernel closes the pipe and the watchdog stops the child's
-  process group (SIGTERM, then SIGKILL after a grace period). A pipe rather than
+  process group (SIGTERM, then SIGKILL after a grace period). Or it runs a command then (`run_at_exit`: the
+  `scancel` of a Slurm array). A pipe rather than
   PR_SET_PDEATHSIG: the parent-death signal fires when the *thread* that forked exits, and sweeps
   start servers from worker threads; it also reaches only the direct child.
 - Pid files: `write_pidfile` records a live child (pid, process group, start time, command line,
@@ -158,6 +159,13 @@ class Guard:
         info = {"pid": proc.pid, "pgid": proc.pid, "start": st or "", "grace_s": self.grace_s}
         try:
             os.write(self._w, (json.dumps(info) + "\n").encode())
+        except OSError:
+            pass
+
+    def run_at_exit(self, argv: list[str]) -> None:
+        """Instead of a child: run `argv` when the pipe closes (specwatch died, or `release`)."""
+        try:
+            os.write(self._w, (json.dumps({"argv": argv}) + "\n").encode())
         except OSError:
             pass
 

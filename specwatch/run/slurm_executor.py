@@ -25,8 +25,8 @@ submitit's result pickle in `--slurm-folder`, which must be on a filesystem the 
 - Stop (Ctrl-C, SIGTERM, SIGHUP on the driver): `scancel` of every task still out (local mode:
   SIGTERM to the task's controller, which passes it on); a task stops its server and returns
   what it measured (`interrupted`). Tasks that have not returned `CANCEL_MARGIN_S` after the
-  sweep's stop grace are killed (submitit's cancel) and stored `interrupted`. In local mode a
-  watchdog (`procs.Guard`) also stops each task if the driver dies by SIGKILL.
+  sweep's stop grace are killed (submitit's cancel) and stored `interrupted`. If the driver dies
+  by SIGKILL, a watchdog (`procs.Guard`) scancels the arrays (local mode: stops each task).
 """
 from __future__ import annotations
 
@@ -174,6 +174,10 @@ class SlurmBackend:
             first = (str(exc).strip().splitlines() or [""])[0]
             raise SlurmUnavailable(f"--executor slurm: submitting the job array failed: "
                                    f"{type(exc).__name__}: {first}") from None
+        if not self.local:          # a SIGKILLed driver: its watchdog scancels the arrays
+            guard = procs.Guard()
+            guard.run_at_exit(["scancel", *sorted({split_job_id(h.job_id)[0] for h in handles})])
+            self.guards.append(guard)
         return handles
 
     def ready(self, handles: list, timeout_s: float) -> list:

@@ -396,6 +396,7 @@ def test_sbatch_script_carries_the_settings_and_scancel_names_the_tasks(
     backend.cancel(handles)
     assert sorted((slurm_bin / "scancel").read_text().split()) == sorted(h.job_id
                                                                           for h in handles)
+    backend.close()                   # its watchdog scancels the arrays once more, and exits
 
 
 def test_config_needing_more_gpus_than_asked_is_a_failed_row(tmp_path, slurm_bin):

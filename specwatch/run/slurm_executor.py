@@ -174,7 +174,7 @@ class SlurmBackend:
             first = (str(exc).strip().splitlines() or [""])[0]
             raise SlurmUnavailable(f"--executor slurm: submitting the job array failed: "
                                    f"{type(exc).__name__}: {first}") from None
-        if not self.local:          # a SIGKILLed driver: its watchdog scancels the arrays
+        if handles and not self.local:   # a SIGKILLed driver: its watchdog scancels the arrays
             guard = procs.Guard()
             guard.run_at_exit(["scancel", *sorted({split_job_id(h.job_id)[0] for h in handles})])
             self.guards.append(guard)

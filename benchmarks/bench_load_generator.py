@@ -1,4 +1,5 @@
-"""The load generator's own overhead and timing error at concurrency 1-512 (issue 14).
+"""The load generator's own overhead and timing error: closed loop at concurrency 1-512 (issue 14)
+and open loop at request rates (issue 30).
 
 Drives `specwatch.run.load.run` (the code every sweep uses), and side by side an asyncio + aiohttp
 client doing the same closed loop and the same measurement (the alternative issue 14 names),
@@ -21,7 +22,25 @@ Columns (per concurrency; ms unless named):
   failed             requests that failed
 (Both processes read CLOCK_MONOTONIC: Python's perf_counter and monotonic on Linux.)
 
-Usage: python benchmarks/bench_load_generator.py [--conc 1,8,64,256,512] [--out FILE]
+Open loop (`--rates`, issue 30): `load.run(offsets=...)` with `arrivals.rate_offsets` at each
+asked rate, Poisson (burstiness 1) and gamma (burstiness 0.5, CV 1.41) arrivals, against the
+fixed-delay server (TTFT 20 ms, ITL 5 ms, 8 tokens) and the built-in engine (EAGLE-3 chain
+s3k1d4, 16 tokens, one torch thread). From the send times the load really stamped:
+  rate_err_pct      (n − 1) / (last send − first send) against the asked rate, in %
+  cv / cv_sched / cv_asked   coefficient of variation of the gaps between the real sends / of
+                    the schedule's gaps (cv - cv_sched: what the generator added) / 1/sqrt(b)
+  ks_d / ks_crit    Kolmogorov-Smirnov D of the gaps against the exponential (Poisson rows) and
+                    its alpha = 0.01 critical value 1.628 / sqrt(n − 1)
+  late_p50/p99      send time − arrival time, ms (the dispatcher's and thread pool's delay)
+  cpu_ms_req        the client process's CPU time per request (dispatch + HTTP + parsing)
+  e2e_p50/p99       the requests' latency, ms: a server that cannot take the rate queues them
+  gen_ok            |rate_err_pct| <= 2 and |cv − cv_asked| <= 0.1 (the generator's criteria)
+  takes             no failures and e2e_p99 <= 3 x the lowest rate's e2e_p50 (the server keeps up)
+The summary names, per server, the highest rate the server takes and whether the generator met
+its criteria at every rate up to it.
+
+Usage: python benchmarks/bench_load_generator.py [--conc 1,8,64,256,512] [--rates ...]
+       [--servers fixed,builtin] [--out FILE]
 """
 from __future__ import annotations
 
@@ -39,7 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specwatch.run import launch, load  # noqa: E402
+from specwatch.run import arrivals, launch, load  # noqa: E402
 
 TTFT_MS, ITL_MS, TOKENS = 200.0, 50.0, 8
 
@@ -137,13 +156,175 @@ def one(port: int, conc: int, client: str = "threads") -> dict:
             "failed": n - len(ok)}
 
 
+# ------------------------------------------------------------------------------- open loop
+
+OPEN_SERVERS = {
+    # name: (argv after the interpreter, tokens per request, default rates)
+    "fixed": (lambda port: [str(ROOT / "benchmarks" / "fixed_delay_server.py"), "--port",
+                            str(port), "--ttft-ms", "20", "--itl-ms", "5"], 8,
+              "5,10,20,40,80,160,320"),
+    "builtin": (lambda port: ["-m", "specwatch.engine", "--model-path", "builtin:target",
+                              "--speculative-algorithm", "EAGLE3",
+                              "--speculative-draft-model-path", "builtin:draft-eagle3",
+                              "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                              "--speculative-num-draft-tokens", "4", "--host", "127.0.0.1",
+                              "--port", str(port)], 16, "1,2,4,8,16,32"),
+}
+BURSTINESS = (1.0, 0.5)
+KS_C01 = 1.628          # sqrt(-ln(0.01 / 2) / 2): the one-sample KS critical value at alpha 0.01
+
+
+def start_server(argv: list[str], port: int) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    srv = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                           cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while load.health(port, 1.0) != 200:
+        if time.monotonic() > deadline or srv.poll() is not None:
+            srv.kill()
+            raise SystemExit(f"server {argv[:3]} did not start")
+        time.sleep(0.2)
+    return srv
+
+
+def open_one(port: int, server: str, tokens: int, rate: float, burstiness: float,
+             seed: int) -> dict:
+    # bursty gaps need more of them for their CV to be estimated within 0.1 (sd(CV) ~
+    # CV/2 sqrt((2 + 6/b) / n): 0.094 at b = 0.5, n = 800; 0.066 at n = 1600)
+    n = int(min(800, max(120, rate * 8)) * (2 if burstiness < 1 else 1))
+    offs = arrivals.rate_offsets(n, rate, burstiness, (seed, 0))
+    sched = [b - a for a, b in zip(offs, offs[1:])]
+    m_s = sum(sched) / len(sched)
+    cv_sched = math.sqrt(sum((g - m_s) ** 2 for g in sched) / (len(sched) - 1)) / m_s
+    specs = [load.RequestSpec(f"open request {i}: say something", tokens) for i in range(n)]
+    c0 = cpu_s()
+    res = load.run(port, specs, 1, 0.0, 0, timeout_s=120.0, offsets=offs)
+    cpu = cpu_s() - c0
+    sends = sorted(r.send_offset_ms / 1000 for r in res.results)
+    gaps = [b - a for a, b in zip(sends, sends[1:])]
+    mean = sum(gaps) / len(gaps)
+    sd = math.sqrt(sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1))
+    achieved = (n - 1) / (sends[-1] - sends[0])
+    cv_asked = arrivals.expected_cv("gamma", burstiness)
+    ks = None
+    if burstiness == 1.0:      # against the exponential with the asked mean
+        x = sorted(g * rate for g in gaps)
+        m = len(x)
+        ks = max(max((i + 1) / m - (1 - math.exp(-v)), (1 - math.exp(-v)) - i / m)
+                 for i, v in enumerate(x))
+    late = [r.send_offset_ms - r.arrival_offset_ms for r in res.results]
+    ok = [r for r in res.results if r.success]
+    e2e = [r.e2e_ms for r in ok]
+    p = load.percentile
+    return {"server": server, "rate": rate, "burst": burstiness, "requests": n,
+            "achieved": achieved, "rate_err_pct": (achieved - rate) / rate * 100,
+            "cv": sd / mean, "cv_sched": cv_sched, "cv_asked": cv_asked, "ks_d": ks,
+            "ks_crit": KS_C01 / math.sqrt(len(gaps)) if ks is not None else None,
+            "late_p50": p(late, 50), "late_p99": p(late, 99), "cpu_ms_req": cpu * 1000 / n,
+            "e2e_p50": p(e2e, 50), "e2e_p99": p(e2e, 99), "failed": n - len(ok)}
+
+
+def open_loop(servers: list[str], rates: dict[str, str]) -> list[dict]:
+    rows = []
+    for name in servers:
+        argv, tokens, default = OPEN_SERVERS[name]
+        port = launch.free_port()
+        srv = start_server(argv(port), port)
+        try:
+            load.run(port, [load.RequestSpec("warm up", tokens)] * 4, 2, 0.0, 0, 120.0)
+            for i, rate in enumerate(float(r) for r in (rates.get(name) or default).split(",")):
+                for b in BURSTINESS:
+                    rows.append(open_one(port, name, tokens, rate, b, seed=i))
+                    print(_fmt_row(rows[-1], list(rows[-1])), flush=True)
+        finally:
+            srv.terminate()
+            try:
+                srv.wait(15)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+                srv.wait()
+    for name in servers:
+        mine = [r for r in rows if r["server"] == name]
+        floor = min(r["e2e_p50"] for r in mine if r["e2e_p50"] is not None)
+        for r in mine:
+            r["gen_ok"] = abs(r["rate_err_pct"]) <= 2 and abs(r["cv"] - r["cv_asked"]) <= 0.1
+            r["takes"] = r["failed"] == 0 and r["e2e_p99"] is not None \
+                and r["e2e_p99"] <= 3 * floor
+    return rows
+
+
+def open_summary(rows: list[dict]) -> list[str]:
+    out = []
+    for name in dict.fromkeys(r["server"] for r in rows):
+        mine = [r for r in rows if r["server"] == name]
+        rates = sorted({r["rate"] for r in mine})
+        taken = [x for x in rates if all(r["takes"] for r in mine if r["rate"] == x)]
+        top = max((x for x in taken if all(x2 in taken for x2 in rates if x2 <= x)), default=None)
+        upto = [r for r in mine if top is not None and r["rate"] <= top]
+        met = upto and all(r["gen_ok"] for r in upto)
+        worst = max(upto, key=lambda r: abs(r["rate_err_pct"])) if upto else None
+        worst_cv = max(upto, key=lambda r: abs(r["cv"] - r["cv_asked"])) if upto else None
+        out.append(
+            f"# {name}: takes up to {top} requests/s; generator within 2% of the rate and 0.1 of "
+            f"the CV at every rate up to it: {'yes' if met else 'NO'}"
+            + (f" (worst rate error {worst['rate_err_pct']:+.2f}% at {worst['rate']:g}/s "
+               f"b={worst['burst']:g}; worst CV error {worst_cv['cv'] - worst_cv['cv_asked']:+.3f} "
+               f"at {worst_cv['rate']:g}/s b={worst_cv['burst']:g}; CPU "
+               f"{min(r['cpu_ms_req'] for r in upto):.2f}-{max(r['cpu_ms_req'] for r in upto):.2f}"
+               f" ms per request)" if upto else ""))
+    return out
+
+
+def _fmt_row(r: dict, cols: list[str]) -> str:
+    return " ".join(f"{'' if r.get(c) is None else r[c]:>12.3f}" if isinstance(r.get(c), float)
+                    else f"{'' if r.get(c) is None else r[c]!s:>12}" for c in cols)
+
+
+def header() -> list[str]:
+    try:
+        import _provenance
+        commit = _provenance.commit()
+    except Exception:     # torch missing: the commit alone
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip()
+    return [f"# commit {commit}, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+            f"{platform.node()} {platform.machine()} {os.cpu_count()} cores (shared, busy), "
+            f"python {platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the "
+            "end; no weights beyond the built-in engine's bundled ones"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--conc", default="1,8,64,256,512")
+    ap.add_argument("--conc", default="1,8,64,256,512", help="closed loop; '' skips it")
+    ap.add_argument("--rates", default="", help="open loop, fixed-delay server's rates "
+                    "(default " + OPEN_SERVERS["fixed"][2] + ")")
+    ap.add_argument("--builtin-rates", default="", help="open loop, built-in engine's rates "
+                    "(default " + OPEN_SERVERS["builtin"][2] + ")")
+    ap.add_argument("--servers", default="", help="open loop against these: fixed,builtin "
+                    "('' = none)")
     ap.add_argument("--out", default=None, help="also write the table to this file")
     ap.add_argument("--clients", default="threads,aiohttp",
                     help="threads = specwatch.run.load.run; aiohttp = the asyncio comparison arm")
     args = ap.parse_args()
+    text = ""
+    if args.conc:
+        text += closed_loop(args)
+    if args.servers:
+        rows = open_loop(args.servers.split(","), {"fixed": args.rates,
+                                                   "builtin": args.builtin_rates})
+        cols = list(rows[0])
+        text += "\n".join(["# bench_load_generator, open loop: specwatch.run.load.run(offsets=) "
+                           "at asked request rates (issue 30)", *header(),
+                           " ".join(f"{c:>12}" for c in cols),
+                           *(_fmt_row(r, cols) for r in rows), *open_summary(rows)]) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+def closed_loop(args) -> str:
     clients = args.clients.split(",")
     if "aiohttp" in clients:
         try:
@@ -181,11 +362,7 @@ def main() -> int:
     for r in rows:
         lines.append(" ".join(f"{r[c]:>15.2f}" if isinstance(r[c], float) else f"{r[c]!s:>15}"
                               for c in cols))
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 19   # 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+SCHEMA_VERSION = 20   # 20: capture-prefix columns on line rows, decode/prefill mamba columns, vLLM kv_cache_device, server_configs aux_layer_ids (issue 28); 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
 
 
 def _t(sql: str):
@@ -144,11 +144,29 @@ class _LineRow:
 
 
 @dataclass
-class _SglangRow(_LineRow):
+class _CapturedRow(_LineRow):
+    """What the way a log was captured put before a line's own log prefix (specwatch/logs/
+    prefix.py), as printed and parsed into its parts where the shape is known; NULL = absent."""
+
+    line_prefix: str = _t("VARCHAR")        # the capture prefix whole, e.g. `sglang-1  | `, any text
+    service: str = _t("VARCHAR")            # docker compose service / container name
+    pod: str = _t("VARCHAR")                # kubectl logs --prefix `[pod/POD/CONTAINER]`
+    container: str = _t("VARCHAR")
+    host: str = _t("VARCHAR")               # journald / syslog `host unit[pid]:`
+    unit: str = _t("VARCHAR")
+    unit_pid: int = _t("INTEGER")
+    src_path: str = _t("VARCHAR")           # grep -H file, or a pasted @file reference
+    src_line: int = _t("BIGINT")            # grep -n line number
+    logger: str = _t("VARCHAR")             # a Python logging format's logger name
+    log_level: str = _t("VARCHAR")          # the level printed in the log prefix (INFO, DEBUG, ...)
+
+
+@dataclass
+class _SglangRow(_CapturedRow):
     ts: dt.datetime = _t("TIMESTAMP")       # local time as printed, no zone
     ts_text: str = _t("VARCHAR")
     rank: str = _t("VARCHAR")               # tags as printed, "" = none
-    outer_ts_text: str = _t("VARCHAR")      # docker/k8s RFC3339 timestamp before the prefix
+    outer_ts_text: str = _t("VARCHAR")      # capture timestamp: docker/k8s RFC3339, journald
     process: str = _t("VARCHAR")            # Ray actor / process tag, e.g. SGLangEngine pid=41820
     dp_rank: int = _t("INTEGER")
     tp_rank: int = _t("INTEGER")
@@ -174,6 +192,8 @@ class DecodeWindow(_SglangRow):
     queue_req: int = _t("INTEGER")
     retracted_req: int = _t("INTEGER")
     fwd_occupancy_pct: float = _t("DOUBLE")
+    mamba_num: int = _t("INTEGER")          # hybrid SSM pools: mamba states in use (`mamba num`)
+    mamba_usage_frac: float = _t("DOUBLE")
     fields: str = _t("JSON")                # every printed field, by normalised name
 
 
@@ -190,16 +210,17 @@ class PrefillWindow(_SglangRow):
     input_throughput_tok_s: float = _t("DOUBLE")
     cache_hit_rate_pct: float = _t("DOUBLE")
     graph_enabled: bool = _t("BOOLEAN")
+    mamba_usage_frac: float = _t("DOUBLE")
     fields: str = _t("JSON")
 
 
 @dataclass
-class VllmSpecWindow(_LineRow):
+class VllmSpecWindow(_CapturedRow):
     """One vLLM `SpecDecoding metrics:` (V1) or `Speculative metrics:` (V0) line."""
 
     ts_text: str = _t("VARCHAR")            # vLLM prints no year
     process: str = _t("VARCHAR")
-    outer_ts_text: str = _t("VARCHAR")      # docker/k8s RFC3339 timestamp before the prefix
+    outer_ts_text: str = _t("VARCHAR")      # capture timestamp: docker/k8s RFC3339, journald
     mean_acceptance_length: float = _t("DOUBLE")
     accepted_tokens: int = _t("BIGINT")
     drafted_tokens: int = _t("BIGINT")
@@ -216,7 +237,7 @@ class VllmSpecWindow(_LineRow):
 
 
 @dataclass
-class VllmThroughputWindow(_LineRow):
+class VllmThroughputWindow(_CapturedRow):
     """One vLLM periodic `Avg prompt throughput: ...` line."""
 
     ts_text: str = _t("VARCHAR")
@@ -227,13 +248,16 @@ class VllmThroughputWindow(_LineRow):
     avg_generation_throughput_tok_s: float = _t("DOUBLE")
     running_reqs: int = _t("INTEGER")
     waiting_reqs: int = _t("INTEGER")
+    # the KV cache usage of the device the engine runs on (`<device> KV cache usage`, GPU on CUDA
+    # builds); kv_cache_device says which (GPU, CPU, XPU, ...). V0's CPU swap usage is in `fields`.
     gpu_kv_cache_usage_pct: float = _t("DOUBLE")
+    kv_cache_device: str = _t("VARCHAR")
     prefix_cache_hit_rate_pct: float = _t("DOUBLE")
     fields: str = _t("JSON")
 
 
 @dataclass
-class ServerConfig(_LineRow):
+class ServerConfig(_CapturedRow):
     """The effective (resolved) config from a `server_args=` startup line. It applies to the decode
     and prefill lines that follow it in the same source, until the next one."""
 
@@ -261,6 +285,11 @@ class ServerConfig(_LineRow):
     speculative_block_size: int = _t("INTEGER")   # DFLASH / DSPARK block size
     speculative_dynamic: str = _t("VARCHAR")      # "adaptive" (SGLang) or vLLM's schedule JSON
     simulated: bool = _t("BOOLEAN")         # synthetic acceptance (vLLM); SGLang: `simulated` event
+    # vLLM `Using (Eagle3 )auxiliary layers from <source>: (ids)` (config_kind vllm_aux_layers):
+    # the target layers whose hidden states the EAGLE-3 draft reads, and where vLLM took them from
+    aux_layer_ids: str = _t("VARCHAR")      # JSON list, as printed
+    aux_layers_source: str = _t("VARCHAR")  # speculative config | config | model
+    outer_ts_text: str = _t("VARCHAR")
     args: str = _t("JSON")
 
 
@@ -385,6 +414,7 @@ KIND_TABLE = {
     "server_args": "server_configs",
     "vllm_engine_config": "server_configs",
     "vllm_args": "server_configs",
+    "vllm_aux_layers": "server_configs",
 }
 
 

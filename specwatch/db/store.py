@@ -336,7 +336,8 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
         return 0
     con.register("_specwatch_batch", tbl)
     try:
-        con.execute(f"INSERT INTO {table} SELECT * FROM _specwatch_batch")
+        # by name: a database made by an older version has its newer columns last (ALTER ADD)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _specwatch_batch")
     finally:
         con.unregister("_specwatch_batch")
     return tbl.num_rows

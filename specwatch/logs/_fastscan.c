@@ -2,10 +2,14 @@
  * common SGLang `Decode batch` / `Prefill batch` shapes straight into Arrow-layout column buffers.
  *
  * It is an accelerator, not a second parser: a line is taken here only when it is printable ASCII,
- * its prefix is a plain `[YYYY-MM-DD HH:MM:SS(.ffffff)( DPn| TPn| PPn| EPn)*] `, and every fragment is
- * a known `key: value` whose value has a canonical shape and fits its column. Anything else that
- * carries a line anchor is handed back to the Python parser (specwatch.logs.parse, the definition);
- * tests/test_fastscan.py and tests/test_fuzz.py check that both store identical rows.
+ * its prefix is `[capture prefix][docker/k8s timestamp [CRI stdout|stderr F]][(process tag)]`
+ * `[YYYY-MM-DD HH:MM:SS(.ffffff)( DPn| TPn| PPn| EPn)*] `, and every fragment is a known
+ * `key: value` whose value has a canonical shape and fits its column. The capture prefix (any text,
+ * e.g. `sglang-1  | `) is returned as printed; fastscan.py asks the Python parser how it reads
+ * that text once per distinct prefix and hands back the rows whose prefix it reads otherwise.
+ * Anything else that carries a line anchor is handed back to the Python parser (specwatch.logs.
+ * parse, the definition); tests/test_fastscan.py, tests/test_fuzz.py and tests/test_capture.py
+ * check that both store identical rows.
  *
  * Values are parsed, range-checked and re-printed from the parsed value (ints as int64, floats in
  * Python's repr), never copied as text into JSON, so a stored row is always valid for its column.
@@ -15,9 +19,11 @@
  *   -> (n_decode, n_prefill, n_slow, first_bad_utf8, n_bad_utf8, first_binary, n_binary,
  *       decode_str_lens, prefill_str_lens, n_lines)
  * Each *_bufs is a tuple of caller-allocated writable buffers (see fastscan.py `_Kind`):
- *   i64[N_I64][cap], i32[N_I32][cap], f64[N_F64][cap], i8[2][cap],
- *   str_off[3][cap + 1] (int32), str_data0, str_data1, str_data2 (ts_text, rank, fields JSON).
- * Integer NULL is INT64_MIN / INT32_MIN, float NULL is NaN, int8 NULL is -1, fields NULL is "".
+ *   i64[N_I64][cap], i32[N_I32][cap], f64[N_F64][cap], i8[3][cap] (graph flag, graph device,
+ *   prefix shape: bit 0 docker timestamp, bit 1 CRI stream, bit 2 process tag),
+ *   str_off[6][cap + 1] (int32), str_data0..5 (ts_text, rank, fields JSON, capture prefix,
+ *   docker timestamp, process tag).
+ * Integer NULL is INT64_MIN / INT32_MIN, float NULL is NaN, int8 NULL is -1, string NULL is "".
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,14 +38,15 @@
 
 /* decode column slots (fastscan.py keeps the same order) */
 enum { D_OFF, D_LINE, D_ITER, D_TOK, D_TS, D_NI64 };
-enum { D_DP, D_TP, D_PP, D_EP, D_RUN, D_QUEUE, D_NI32 };
-enum { D_USAGE, D_AL, D_AR, D_GEN, D_NF64 };
+enum { D_DP, D_TP, D_PP, D_EP, D_RUN, D_QUEUE, D_MAMBA, D_NI32 };
+enum { D_USAGE, D_AL, D_AR, D_GEN, D_MUSAGE, D_NF64 };
 /* prefill column slots */
 enum { P_OFF, P_LINE, P_ITER, P_NEW, P_CACHED, P_TS, P_NI64 };
 enum { P_DP, P_TP, P_PP, P_EP, P_SEQ, P_RUN, P_QUEUE, P_NI32 };
-enum { P_USAGE, P_INPUT, P_HIT, P_NF64 };
-enum { G_FLAG, G_DEV };
-enum { S_TS, S_RANK, S_FIELDS, S_N };
+enum { P_USAGE, P_INPUT, P_HIT, P_MUSAGE, P_NF64 };
+enum { G_FLAG, G_DEV, G_SHAPE, G_N };
+enum { S_TS, S_RANK, S_FIELDS, S_PREFIX, S_OUTER, S_PROC, S_N };
+#define N_BUFS (5 + S_N)
 
 /* Every header specwatch.logs.parse routes by (parse.ANCHORS, tests/test_parse.py checks they agree):
  * a line holding one of these and not taken here goes to the Python parser. */
@@ -47,7 +54,7 @@ static const char *ANCHORS[] = {" batch", "server_args=", "metrics: ", "Avg prom
                                 "fired up and ready to roll", "Initialization failed.",
                                 "Scheduler hit an exception", "KV cache pool is full",
                                 "Received sigquit", "LLM engine (v",
-                                "non-default args:", "SpecDecoding timing",
+                                "non-default args:", "auxiliary layers from ", "SpecDecoding timing",
                                 "SGLANG_SIMULATE_ACC_LEN=", "Error: ", ": error: ", NULL};
 
 #define MAX_RESERVED 128
@@ -251,6 +258,136 @@ static Py_ssize_t parse_prefix(const char *s, Py_ssize_t n, Py_ssize_t *ts_len, 
     return i + 2;
 }
 
+
+static int isd(char c) { return c >= '0' && c <= '9'; }
+
+/* A whole token [s, s + n) that prefix.OUTER_TS matches (docker/kubectl --timestamps):
+ * dddd-dd-ddTdd:dd:dd(.d+)?(Z|[+-]dd:?dd)? */
+static int outer_ts_token(const char *s, Py_ssize_t n) {
+    static const char pat[] = "dddd-dd-ddTdd:dd:dd";
+    if (n < 19) return 0;
+    for (int i = 0; i < 19; i++) {
+        if (pat[i] == 'd') { if (!isd(s[i])) return 0; }
+        else if (s[i] != pat[i]) return 0;
+    }
+    Py_ssize_t i = 19;
+    if (i < n && s[i] == '.') {
+        Py_ssize_t j = i + 1;
+        while (j < n && isd(s[j])) j++;
+        if (j == i + 1) return 0;
+        i = j;
+    }
+    if (i < n && s[i] == 'Z') i++;
+    else if (i < n && (s[i] == '+' || s[i] == '-')) {
+        Py_ssize_t j = i + 1;
+        if (j + 2 > n || !isd(s[j]) || !isd(s[j + 1])) return 0;
+        j += 2;
+        if (j < n && s[j] == ':') j++;
+        if (j + 2 > n || !isd(s[j]) || !isd(s[j + 1])) return 0;
+        i = j + 2;
+    }
+    return i == n;
+}
+
+/* The length of an OUTER_TS token followed by a space at q, else 0. */
+static Py_ssize_t outer_ts_at(const char *q, Py_ssize_t m) {
+    const char *sp = memchr(q, ' ', m < 48 ? m : 48);
+    return sp && outer_ts_token(q, sp - q) ? sp - q : 0;
+}
+
+static int name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || isd(c) || c == '_' || c == '.' || c == '-';
+}
+
+/* prefix._PROC on [s, s + n) with s[0] == '(' and s[n - 1] == ')':
+ * ((name )?pid=N(, ip=[0-9.:a-fA-F]+)?) */
+static int proc_tag(const char *s, Py_ssize_t n) {
+    Py_ssize_t i = 1, e = n - 1, j = 1;
+    while (j < e && name_char(s[j])) j++;
+    if (j > i && j < e && s[j] == ' ') i = j + 1;
+    if (e - i < 5 || memcmp(s + i, "pid=", 4) != 0) return 0;
+    i += 4;
+    Py_ssize_t d = i;
+    while (i < e && isd(s[i])) i++;
+    if (i == d) return 0;
+    if (i == e) return 1;
+    if (e - i < 6 || memcmp(s + i, ", ip=", 5) != 0) return 0;
+    i += 5;
+    d = i;
+    while (i < e && (isd(s[i]) || s[i] == '.' || s[i] == ':' || (s[i] >= 'a' && s[i] <= 'f') ||
+                     (s[i] >= 'A' && s[i] <= 'F'))) i++;
+    return i > d && i == e;
+}
+
+/* `[dddd-dd-dd` followed by ' ' or 'T' at q (reassemble.STARTS_RECORD's SGLang bracket). */
+static int starts_bracket(const char *q, Py_ssize_t m) {
+    if (m < 12 || q[0] != '[' || q[5] != '-' || q[8] != '-' || (q[11] != ' ' && q[11] != 'T'))
+        return 0;
+    for (int k = 1; k <= 10; k++)
+        if (k != 5 && k != 8 && !isd(q[k])) return 0;
+    return 1;
+}
+
+/* reassemble._OWN_RECORD: somewhere in the line an SGLang bracket
+ * `[dddd-dd-dd[ T]dd:dd:dd([.,]d+)?( [A-Z][A-Z_]*d+)*] ` followed by `Decode batch` / `Prefill batch`. */
+static int own_record(const char *q, Py_ssize_t m) {
+    for (Py_ssize_t i = 0; i + 14 <= m; i++) {
+        const char *h = memchr(q + i, ']', m - i);
+        if (!h) return 0;
+        i = h - q;
+        if (!((m - i >= 14 && memcmp(h, "] Decode batch", 14) == 0) ||
+              (m - i >= 15 && memcmp(h, "] Prefill batch", 15) == 0)))
+            continue;
+        Py_ssize_t k = i - 1;
+        while (k >= 0 && i - k < 96 && q[k] != '[') k--;
+        if (k < 0 || q[k] != '[' || !starts_bracket(q + k, m - k)) continue;
+        const char *t = q + k + 12;
+        Py_ssize_t r = i - (k + 12);   /* bytes between the date and ']' */
+        if (r < 8 || !isd(t[0]) || !isd(t[1]) || t[2] != ':' || !isd(t[3]) || !isd(t[4]) ||
+            t[5] != ':' || !isd(t[6]) || !isd(t[7]))
+            continue;
+        Py_ssize_t j = 8;
+        if (j < r && (t[j] == '.' || t[j] == ',')) {
+            Py_ssize_t d = ++j;
+            while (j < r && isd(t[j])) j++;
+            if (j == d) continue;
+        }
+        int good = 1;
+        while (good && j < r) {  /* ( [A-Z][A-Z_]*\d+)* */
+            if (t[j] != ' ' || j + 1 >= r || !(t[j + 1] >= 'A' && t[j + 1] <= 'Z')) { good = 0; break; }
+            j += 2;
+            while (j < r && ((t[j] >= 'A' && t[j] <= 'Z') || t[j] == '_')) j++;
+            Py_ssize_t d = j;
+            while (j < r && isd(t[j])) j++;
+            if (j == d) good = 0;
+        }
+        if (good) return 1;
+    }
+    return 0;
+}
+
+/* Can the line at q (of the `avail` bytes left in the buffer) not continue the record before it
+ * (reassemble.Reassembler._continue returns "no" for it)? `docker`: that record's line starts with
+ * a docker timestamp. The buffer's last line is never judged here (Python holds it). */
+static int next_starts_own(const char *q, Py_ssize_t avail, int docker) {
+    const char *nl = memchr(q, '\n', avail);
+    if (!nl) return 0;
+    Py_ssize_t m = nl - q;
+    if (m == 0) return 1;
+    if (memchr(q, '\r', m)) return 0;   /* the terminal shows what follows a carriage return */
+    if (starts_bracket(q, m)) return 1;
+    Py_ssize_t t = outer_ts_at(q, m);
+    if (t) {
+        if (!docker) return 1;
+        const char *r = q + t + 1;
+        Py_ssize_t rm = m - t - 1;
+        if (rm >= 9 && (memcmp(r, "stdout ", 7) == 0 || memcmp(r, "stderr ", 7) == 0) &&
+            (r[7] == 'F' || r[7] == 'P') && r[8] == ' ') { r += 9; rm -= 9; }
+        if (starts_bracket(r, rm)) return 1;
+    }
+    return !memchr(q, 0x1b, m) && own_record(q, m);
+}
+
 /* Normalise a printed key like specwatch.logs.parse.normalize_key; returns length written, -1 if odd. */
 static Py_ssize_t norm_key(const char *k, Py_ssize_t n, char *out, Py_ssize_t cap) {
     Py_ssize_t o = 0;
@@ -314,7 +451,7 @@ static int json_value(jbuf *j, const char *v, Py_ssize_t n) {
 
 /* One output table: column buffers in Arrow layout (see fastscan.py). */
 typedef struct {
-    Py_buffer views[8];
+    Py_buffer views[N_BUFS];
     int64_t *i64; int32_t *i32; double *f64; int8_t *i8; int32_t *soff;
     jbuf str[S_N];
     Py_ssize_t cap, n;
@@ -322,11 +459,11 @@ typedef struct {
 
 static int table_open(table_t *t, PyObject *tup, int ni64, int ni32, int nf64) {
     memset(t, 0, sizeof *t);
-    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) != 8) {
-        PyErr_SetString(PyExc_TypeError, "expected a tuple of 8 buffers");
+    if (!PyTuple_Check(tup) || PyTuple_GET_SIZE(tup) != N_BUFS) {
+        PyErr_SetString(PyExc_TypeError, "expected a tuple of 11 buffers");
         return 0;
     }
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < N_BUFS; i++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(tup, i), &t->views[i], PyBUF_WRITABLE) < 0) {
             for (int k = 0; k < i; k++) PyBuffer_Release(&t->views[k]);
             return 0;
@@ -335,8 +472,8 @@ static int table_open(table_t *t, PyObject *tup, int ni64, int ni32, int nf64) {
     t->cap = t->views[0].len / (Py_ssize_t)(ni64 * sizeof(int64_t));
     if (t->views[1].len < t->cap * ni32 * (Py_ssize_t)sizeof(int32_t) ||
         t->views[2].len < t->cap * nf64 * (Py_ssize_t)sizeof(double) ||
-        t->views[3].len < t->cap * 2 || t->views[4].len < (t->cap + 1) * S_N * (Py_ssize_t)sizeof(int32_t)) {
-        for (int k = 0; k < 8; k++) PyBuffer_Release(&t->views[k]);
+        t->views[3].len < t->cap * G_N || t->views[4].len < (t->cap + 1) * S_N * (Py_ssize_t)sizeof(int32_t)) {
+        for (int k = 0; k < N_BUFS; k++) PyBuffer_Release(&t->views[k]);
         PyErr_SetString(PyExc_ValueError, "column buffers are smaller than the capacity");
         return 0;
     }
@@ -352,7 +489,7 @@ static int table_open(table_t *t, PyObject *tup, int ni64, int ni32, int nf64) {
 }
 
 static void table_close(table_t *t) {
-    for (int k = 0; k < 8; k++) PyBuffer_Release(&t->views[k]);
+    for (int k = 0; k < N_BUFS; k++) PyBuffer_Release(&t->views[k]);
 }
 
 static PyObject *configure(PyObject *self, PyObject *args) {
@@ -430,13 +567,62 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         int64_t tags[4], ts_us = 0;
         Py_ssize_t b = plain ? parse_prefix(L, len, &ts_len, &ts_us, &rank_start, &rank_len, tags) : -1;
         int kind = 0; /* 1 decode, 2 prefill */
+        int cut = 0;  /* a CRI partial line: the reassembler joins it with the next */
+        Py_ssize_t lb = 0, lp_len = 0, ots = 0, ots_len = 0, pr = 0, pr_len = 0;
+        int shape = 0;
         if (b > 0) {
             if (len - b > 13 && memcmp(L + b, "Decode batch", 12) == 0) { kind = 1; b += 12; }
             else if (len - b > 14 && memcmp(L + b, "Prefill batch", 13) == 0) { kind = 2; b += 13; }
         }
+        if (!kind && plain && len > 60 && memmem(L, len, " batch", 6) && !memchr(L, '`', len)) {
+            /* the message after a capture prefix: `... [ts ranks] Decode batch` */
+            const char *h1 = memmem(L, len, "] Decode batch", 14);
+            const char *h2 = memmem(L, len, "] Prefill batch", 15);
+            const char *h = h1 && (!h2 || h1 < h2) ? h1 : h2;
+            if (h) {
+                Py_ssize_t hi = h - L, k = hi - 1;
+                while (k >= 0 && hi - k < 64 && L[k] != '[') k--;
+                Py_ssize_t bb = k >= 0 && L[k] == '[' ?
+                    parse_prefix(L + k, len - k, &ts_len, &ts_us, &rank_start, &rank_len, tags) : -1;
+                if (bb == hi - k + 2) {
+                    lb = k;
+                    rank_start += lb;
+                    b = lb + bb;
+                    kind = L[b] == 'D' ? 1 : 2;
+                    b += kind == 1 ? 12 : 13;
+                    /* before the bracket: [P'][TS [stdout|stderr F] ][(process) ] */
+                    Py_ssize_t e = lb;
+                    if (e >= 2 && L[e - 1] == ' ' && L[e - 2] == ')') {
+                        Py_ssize_t q = e - 3;
+                        while (q >= 0 && e - q < 128 && L[q] != '(') q--;
+                        if (q >= 0 && L[q] == '(' && proc_tag(L + q, e - 1 - q)) {
+                            pr = q + 1; pr_len = e - 2 - pr; shape |= 4; e = q;
+                        }
+                    }
+                    if (e >= 2 && L[e - 1] == ' ') {
+                        if (e >= 11 && L[e - 10] == ' ' && L[e - 3] == ' ' &&
+                            (memcmp(L + e - 9, "stdout", 6) == 0 || memcmp(L + e - 9, "stderr", 6) == 0) &&
+                            (L[e - 2] == 'F' || L[e - 2] == 'P')) {
+                            Py_ssize_t te = e - 10, q = te;
+                            while (q > 0 && L[q - 1] != ' ') q--;
+                            if (outer_ts_token(L + q, te - q)) {
+                                cut = L[e - 2] == 'P';
+                                ots = q; ots_len = te - q; shape |= 3; e = q;
+                            }
+                        }
+                        if (!(shape & 1)) {
+                            Py_ssize_t te = e - 1, q = te;
+                            while (q > 0 && L[q - 1] != ' ') q--;
+                            if (outer_ts_token(L + q, te - q)) { ots = q; ots_len = te - q; shape |= 1; e = q; }
+                        }
+                    }
+                    lp_len = e;
+                }
+            }
+        }
         if (!kind && !has_anchor(L, len)) continue;
         table_t *T = kind == 1 ? &D : &P;
-        int ok = kind != 0 && T->n < T->cap;
+        int ok = kind != 0 && !cut && T->n < T->cap;
         int64_t iter = NULL_I64;
         if (ok && L[b] == ' ' && b + 1 < len && L[b + 1] == '[') {
             Py_ssize_t k = b + 2;
@@ -449,10 +635,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (ok && !(b + 1 < len && (L[b] == ',' || L[b] == '.') && L[b + 1] == ' ')) ok = 0;
         b += 2;
         int64_t ints[8];
-        double flts[4];
+        double flts[5];
         int8_t graph = -1, dev = -1;
         for (int i = 0; i < 8; i++) ints[i] = NULL_I64;
-        for (int i = 0; i < 4; i++) flts[i] = NAN;
+        for (int i = 0; i < 5; i++) flts[i] = NAN;
         jbuf *J = &T->str[S_FIELDS];
         Py_ssize_t json_start = J->len;
         int nextra = 0;
@@ -466,6 +652,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             size_t fkl = strlen(fk);
             if ((size_t)(end - p) < fkl || memcmp(L + p, fk, fkl) != 0) ok = 0;
             if (memmem(L + p, end - p, " batch", 6)) ok = 0; /* pasted lines: Python rejects */
+            if (memmem(L + p, end - p, "avg_accept_len: ", 16)) ok = 0; /* TokenSpeed's format */
         }
         while (ok) {
             const char *frag = L + p;
@@ -488,20 +675,23 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             int slot = -1, fslot = -1, isbool = 0, is32 = 0;
             if (kind == 1) {
                 if (KEQ("#running-req")) { slot = 0; is32 = 1; }
-                else if (KEQ("#token")) slot = 1;
+                else if (KEQ("#token") || KEQ("#full token")) slot = 1;  /* hybrid pools: same count */
                 else if (KEQ("#queue-req")) { slot = 2; is32 = 1; }
-                else if (KEQ("token usage")) fslot = 0;
+                else if (KEQ("mamba num")) { slot = 3; is32 = 1; }
+                else if (KEQ("token usage") || KEQ("full token usage")) fslot = 0;
                 else if (KEQ("accept len")) fslot = 1;
                 else if (KEQ("accept rate")) fslot = 2;
                 else if (KEQ("gen throughput (token/s)")) fslot = 3;
+                else if (KEQ("mamba usage")) fslot = 4;
             } else {
                 if (KEQ("#new-seq")) { slot = 0; is32 = 1; }
                 else if (KEQ("#new-token")) slot = 1;
                 else if (KEQ("#cached-token")) slot = 2;
                 else if (KEQ("#running-req")) { slot = 3; is32 = 1; }
                 else if (KEQ("#queue-req")) { slot = 4; is32 = 1; }
-                else if (KEQ("token usage")) fslot = 0;
+                else if (KEQ("token usage") || KEQ("full token usage")) fslot = 0;
                 else if (KEQ("input throughput (token/s)")) fslot = 1;
+                else if (KEQ("mamba usage")) fslot = 3;
             }
             if (KEQ("cuda graph")) { isbool = 1; dev = 0; }
             else if (KEQ("cpu graph")) { isbool = 1; dev = 1; }
@@ -549,24 +739,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
          * every record for one line): take it only when the next line starts a record of its
          * own (`[YYYY-MM-DD ` / `[YYYY-MM-DDT`, a strict part of STARTS_RECORD) or is empty. The
          * last line of the buffer goes to Python, which holds it until the next chunk. */
-        if (ok) {
-            if (pos >= n) ok = 0;
-            else if (s[pos] != '\n') {
-                const char *q = s + pos;
-                ok = n - pos >= 12 && q[0] == '[' && q[5] == '-' && q[8] == '-' &&
-                     (q[11] == ' ' || q[11] == 'T');
-                for (int k = 1; ok && k <= 10; k++)
-                    if (k != 5 && k != 8 && (q[k] < '0' || q[k] > '9')) ok = 0;
-            }
-        }
-        if (ok && (!jput(&T->str[S_TS], L + 1, ts_len) || !jput(&T->str[S_RANK], L + rank_start, rank_len)))
+        if (ok) ok = pos < n && next_starts_own(s + pos, n - pos, outer_ts_at(L, len) > 0);
+        if (ok && (!jput(&T->str[S_TS], L + lb + 1, ts_len) ||
+                   !jput(&T->str[S_RANK], L + rank_start, rank_len) ||
+                   !jput(&T->str[S_PREFIX], L, lp_len) || !jput(&T->str[S_OUTER], L + ots, ots_len) ||
+                   !jput(&T->str[S_PROC], L + pr, pr_len)))
             ok = 0;
         if (!ok) {
             if (kind) {
                 /* undo this row's partial string output */
-                J->len = json_start;
-                T->str[S_TS].len = T->soff[S_TS * (T->cap + 1) + T->n];
-                T->str[S_RANK].len = T->soff[S_RANK * (T->cap + 1) + T->n];
+                for (int k = 0; k < S_N; k++) T->str[k].len = T->soff[k * (T->cap + 1) + T->n];
             }
             if (ns >= scap) { overflow = 1; break; }
             SL[2 * ns] = off - base_off; SL[2 * ns + 1] = line_no; ns++;
@@ -583,8 +765,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             T->i32[D_PP * C + r] = rk[2]; T->i32[D_EP * C + r] = rk[3];
             T->i32[D_RUN * C + r] = (int32_t)ints[0];
             T->i32[D_QUEUE * C + r] = (int32_t)ints[2];
+            T->i32[D_MAMBA * C + r] = ints[3] == NULL_I64 ? NULL_I32 : (int32_t)ints[3];
             T->f64[D_USAGE * C + r] = flts[0]; T->f64[D_AL * C + r] = flts[1];
             T->f64[D_AR * C + r] = flts[2]; T->f64[D_GEN * C + r] = flts[3];
+            T->f64[D_MUSAGE * C + r] = flts[4];
         } else {
             T->i64[P_OFF * C + r] = off; T->i64[P_LINE * C + r] = line_no;
             T->i64[P_ITER * C + r] = iter; T->i64[P_NEW * C + r] = ints[1];
@@ -595,19 +779,21 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             T->i32[P_RUN * C + r] = ints[3] == NULL_I64 ? NULL_I32 : (int32_t)ints[3];
             T->i32[P_QUEUE * C + r] = (int32_t)ints[4];
             T->f64[P_USAGE * C + r] = flts[0]; T->f64[P_INPUT * C + r] = flts[1];
-            T->f64[P_HIT * C + r] = flts[2];
+            T->f64[P_HIT * C + r] = flts[2]; T->f64[P_MUSAGE * C + r] = flts[3];
         }
         T->i8[G_FLAG * C + r] = graph;
         T->i8[G_DEV * C + r] = graph >= 0 ? dev : -1;
+        T->i8[G_SHAPE * C + r] = (int8_t)shape;
         T->n++;
     }
     Py_END_ALLOW_THREADS
     PyObject *res = NULL;
     if (overflow) PyErr_SetString(PyExc_ValueError, "slow-line index is smaller than the line count");
     else
-        res = Py_BuildValue("nnnLLLL(nnn)(nnn)L", D.n, P.n, ns, first_bad, n_bad, first_bin, n_bin,
-                            D.str[0].len, D.str[1].len, D.str[2].len,
-                            P.str[0].len, P.str[1].len, P.str[2].len,
+        res = Py_BuildValue("nnnLLLL(nnnnnn)(nnnnnn)L", D.n, P.n, ns, first_bad, n_bad, first_bin,
+                            n_bin, D.str[0].len, D.str[1].len, D.str[2].len, D.str[3].len,
+                            D.str[4].len, D.str[5].len, P.str[0].len, P.str[1].len, P.str[2].len,
+                            P.str[3].len, P.str[4].len, P.str[5].len,
                             (long long)(line_no - base_line));
     table_close(&D); table_close(&P);
     PyBuffer_Release(&data); PyBuffer_Release(&sl);

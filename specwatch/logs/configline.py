@@ -1,6 +1,8 @@
 """Server configuration lines: SGLang's `server_args=` (repr <= 0.5.18, dict 0.5.19+), vLLM's
 `Initializing a V1 LLM engine (vX) with config: ...` and `non-default args: {...}`, and the
-mapping of each to the `server_configs` columns (`config_columns`).
+mapping of each to the `server_configs` columns (`config_columns`); vLLM's EAGLE-3 aux-layer
+line (`Using auxiliary layers from speculative config: (0, 1, 2)`) is parsed in `parse` and mapped
+here.
 
 Every parse is bounded: a payload longer than MAX_PAYLOAD or nested deeper than MAX_DEPTH is
 refused with a reason (ValueError) instead of recursing or allocating without limit.
@@ -225,4 +227,8 @@ def config_columns(kind: str, f: dict[str, Any]) -> dict[str, Any]:
             else None,
             speculative_dynamic=json.dumps(sched, default=str) if sched else None,
             simulated=(rsm == "synthetic") if rsm else None)
+    if kind == "vllm_aux_layers":
+        ids = f.get("aux_layer_ids")
+        return dict(engine_name="vllm", aux_layer_ids=json.dumps(ids) if isinstance(ids, list)
+                    else None, aux_layers_source=_str(f.get("source")))
     raise ValueError(f"not a config kind: {kind}")

@@ -2,9 +2,13 @@
 
 The scanner takes only the common, canonical SGLang decode/prefill lines and returns every other
 line that carries an anchor to the caller, who parses it with `specwatch.logs.parse` (the definition).
-`tests/test_fastscan.py` and `tests/test_fuzz.py` check both paths store identical rows. If the
-extension is not built, or `formats/lines.toml` no longer types the fields the way the scanner
-assumes, `available()` is False and ingest uses `parse` for everything.
+A line it takes may carry a capture prefix (any text before `[docker ts [CRI]] [(process)] [ts
+ranks] `, e.g. `sglang-1  | `): `resolve_capture` asks `prefix.locate` how it reads each distinct
+prefix once, fills the capture columns from that, and hands back the rows whose prefix the Python
+parser would read otherwise. `tests/test_fastscan.py`, `tests/test_fuzz.py` and
+`tests/test_capture.py` check both paths store identical rows. If the extension is not built, or
+`formats/lines.toml` no longer types the fields the way the scanner assumes, `available()` is False
+and ingest uses `parse` for everything.
 """
 from __future__ import annotations
 
@@ -14,8 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from specwatch.logs import parse
+from functools import lru_cache
+
+from specwatch.logs import parse, prefix
 
 try:
     from specwatch.logs import _fastscan
@@ -31,16 +38,20 @@ MIN_ROW_BYTES = 64   # no decode/prefill line the scanner takes is shorter than 
 _KINDS = {
     "decode": dict(
         i64=["byte_offset", "line_no", "forward_iter", "kv_tokens", "ts"],
-        i32=["dp_rank", "tp_rank", "pp_rank", "ep_rank", "running_req", "queue_req"],
-        f64=["token_usage_frac", "accept_len", "accept_rate_printed", "gen_throughput_tok_s"],
+        i32=["dp_rank", "tp_rank", "pp_rank", "ep_rank", "running_req", "queue_req", "mamba_num"],
+        f64=["token_usage_frac", "accept_len", "accept_rate_printed", "gen_throughput_tok_s",
+             "mamba_usage_frac"],
         graph_device=True),
     "prefill": dict(
         i64=["byte_offset", "line_no", "forward_iter", "new_tokens", "cached_tokens", "ts"],
         i32=["dp_rank", "tp_rank", "pp_rank", "ep_rank", "new_seq", "running_req", "queue_req"],
-        f64=["token_usage_frac", "input_throughput_tok_s", "cache_hit_rate_pct"],
+        f64=["token_usage_frac", "input_throughput_tok_s", "cache_hit_rate_pct",
+             "mamba_usage_frac"],
         graph_device=False),
 }
-_STRINGS = ["ts_text", "rank", "fields"]
+# string columns; "" is NULL for the last four
+_STRINGS = ["ts_text", "rank", "fields", "line_prefix", "outer_ts_text", "process"]
+_NULL_IF_EMPTY = {"fields", "line_prefix", "outer_ts_text", "process"}
 
 # What the scanner assumes formats/lines.toml declares (printed key -> (column, type)); it types
 # these itself and treats every other declared key as "not mine".
@@ -51,7 +62,11 @@ _ASSUMED = {
                        "accept_rate": ("accept_rate_printed", "float"),
                        "cuda_graph": ("graph_enabled", "bool"),
                        "gen_throughput": ("gen_throughput_tok_s", "float"),
-                       "queue_req": ("queue_req", "int")},
+                       "queue_req": ("queue_req", "int"),
+                       "full_token": ("kv_tokens", "int"),
+                       "full_token_usage": ("token_usage_frac", "float"),
+                       "mamba_num": ("mamba_num", "int"),
+                       "mamba_usage": ("mamba_usage_frac", "float")},
                       ("running_req", "gen_throughput", "queue_req"), "running_req"),
     "sglang_prefill": ({"new_seq": ("new_seq", "int"), "new_token": ("new_tokens", "int"),
                         "cached_token": ("cached_tokens", "int"),
@@ -59,7 +74,9 @@ _ASSUMED = {
                         "running_req": ("running_req", "int"), "queue_req": ("queue_req", "int"),
                         "input_throughput": ("input_throughput_tok_s", "float"),
                         "cache_hit_rate": ("cache_hit_rate_pct", "pct"),
-                        "cuda_graph": ("graph_enabled", "bool")},
+                        "cuda_graph": ("graph_enabled", "bool"),
+                        "full_token_usage": ("token_usage_frac", "float"),
+                        "mamba_usage": ("mamba_usage_frac", "float")},
                        ("new_seq", "new_token", "queue_req"), "new_seq"),
 }
 
@@ -136,8 +153,9 @@ class _Kind:
     def __init__(self, spec: dict, cap: int, nbytes: int):
         self.spec = spec
         arena = _Arena([((len(spec["i64"]), cap), np.int64), ((len(spec["i32"]), cap), np.int32),
-                        ((len(spec["f64"]), cap), np.float64), ((2, cap), np.int8),
-                        ((3, cap + 1), np.int32)] + [((nbytes + 64,), np.uint8)] * 3)
+                        ((len(spec["f64"]), cap), np.float64), ((3, cap), np.int8),
+                        ((len(_STRINGS), cap + 1), np.int32)]
+                       + [((nbytes + 64,), np.uint8)] * len(_STRINGS))
         self.i64, self.i32, self.f64, self.i8, self.soff, *self.sdata = arena.arrays
 
     def buffers(self) -> tuple:
@@ -159,9 +177,10 @@ class _Kind:
             dev = self.i8[1, :n]
             idx = _fixed(pa.int8(), dev, dev < 0)
             cols["graph_device"] = pa.DictionaryArray.from_arrays(idx, _DEV).cast(pa.string())
+        cols["_shape"] = _fixed(pa.int8(), self.i8[2, :n], np.zeros(n, bool))  # not stored
         for k, name in enumerate(_STRINGS):
             off = self.soff[k, :n + 1]
-            valid = None if name != "fields" else _bits(off[1:] != off[:-1])
+            valid = None if name not in _NULL_IF_EMPTY else _bits(off[1:] != off[:-1])
             cols[name] = pa.Array.from_buffers(
                 pa.string(), n, [valid, pa.py_buffer(off), pa.py_buffer(self.sdata[k][:str_lens[k]])])
         return cols
@@ -206,3 +225,64 @@ def scan(data, base_offset: int, base_line: int, buffers: Buffers | None = None)
         data, base_offset, base_line, dec.buffers(), pre.buffers(), sl)
     return ScanResult(dec.columns(nd, dlens), pre.columns(npf, plens), sl[:ns].copy(),
                       fbad, nbad, fbin, nbin, nlines, buffers)
+
+
+# What the scanner took after the capture prefix, as canonical text of each shape (bit 0: docker
+# timestamp, bit 1: CRI stream, bit 2: process tag): how Python reads a prefix depends on the
+# kinds of the tokens that follow it, never on their values.
+_CANON_TS, _CANON_PROC, _CANON_STAMP = "2026-01-01T00:00:00Z", "X pid=1", "2026-01-01 00:00:00"
+_CAPTURE_COLS = tuple(prefix.CAPTURE_COLUMNS.values())
+
+
+@lru_cache(maxsize=1 << 16)
+def capture_parts(line_prefix: str, shape: int) -> dict | None:
+    """The capture columns the Python parser gives a line the scanner took with this capture
+    prefix and shape, or None when Python reads that line's prefix another way (the row is then
+    handed back). `outer_ts_text` is among them when the prefix holds it (journald)."""
+    if parse._ANY_HEADER.search(line_prefix) or "`" in line_prefix:
+        return None
+    head = (line_prefix + (_CANON_TS + " " if shape & 1 else "") + ("stdout F " if shape & 2 else "")
+            + (f"({_CANON_PROC}) " if shape & 4 else "") + f"[{_CANON_STAMP}] ")
+    p = prefix.locate(head)
+    if (p.line_prefix != (line_prefix or None) or p.timestamp != _CANON_STAMP or p.rank != ""
+            or p.ranks or p.location is not None or p.code or p.level is not None
+            or p.logger is not None or p.process != (_CANON_PROC if shape & 4 else None)
+            or (shape & 1 and p.outer_ts != _CANON_TS)):
+        return None
+    out = {c: v for c, v in p.capture().items()}
+    if not shape & 1 and p.outer_ts is not None:
+        out["outer_ts_text"] = p.outer_ts
+    return out
+
+
+def resolve_capture(cols: dict[str, pa.Array]) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """Fill the capture columns of the scanner's rows from their prefixes (`capture_parts`, once
+    per distinct prefix and shape); -> (columns of the rows kept, indices of the rows to hand back
+    to the Python parser)."""
+    n = len(cols["byte_offset"])
+    lp = cols["line_prefix"]
+    shape = cols["_shape"]
+    if n == 0 or (lp.null_count == n and not pc.any(pc.not_equal(shape, 0)).as_py()):
+        return cols, np.empty(0, np.int64)   # every row a plain `[ts ranks] ` line
+    keys = pc.binary_join_element_wise(lp.fill_null(""), shape.cast(pa.string()), "\x00")
+    enc = keys.dictionary_encode()
+    idx = enc.indices
+    parts = []
+    for k in enc.dictionary.to_pylist():
+        text, sh = k.rsplit("\x00", 1)
+        parts.append(capture_parts(text, int(sh)))
+    out = dict(cols)
+    for col in (*_CAPTURE_COLS, "outer_ts_text"):
+        vals = [p.get(col) if p else None for p in parts]
+        if col == "line_prefix" or all(v is None for v in vals):
+            continue
+        typ = pa.int64() if col in ("unit_pid", "src_line") else pa.string()
+        add = pa.array(vals, typ).take(idx)
+        # outer_ts_text: the scanner's docker timestamp, else the prefix's own (journald)
+        out[col] = pc.coalesce(cols[col], add) if col == "outer_ts_text" else add
+    bad = np.array([p is None for p in parts], bool)
+    if not bad.any():
+        return out, np.empty(0, np.int64)
+    redo_mask = bad[np.asarray(idx)]
+    keep = pa.array(~redo_mask)
+    return {k: v.filter(keep) for k, v in out.items()}, np.flatnonzero(redo_mask)

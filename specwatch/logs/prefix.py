@@ -1,16 +1,28 @@
 """The text around a log message: quoting (markdown table rows, backticks), terminal control
-codes, and the line prefix (outer docker/k8s timestamp, process tag, timestamp, rank, level,
-source location). Pure functions on one line of text.
+codes, docker's JSON log lines, and the line prefix. Pure functions on one line of text.
 
-A prefix is accepted only if every token before the message is a known prefix token; anything
-else (prose, a traceback's source line, a key of some other line) means the header found is not
-the start of a message, and the caller treats the line as noise. Timestamps are kept exactly as
-printed (`2026-06-07 10:59:31,659` keeps its comma); turning them into `ts` is the store's job.
+A line is `[capture prefix][log prefix]message`. The log prefix is what the server's logger printed
+(SGLang's `[ts ranks] `, vLLM's `(APIServer pid=1) INFO 06-07 04:22:04 [loggers.py:259] `, a
+Python logging format's timestamp, level and logger, a Ray actor tag, docker's or kubectl's RFC3339
+timestamp). The capture prefix is what the way the log was captured put before it: docker compose
+(`sglang-1  | `), `kubectl logs --prefix` (`[pod/NAME/CONTAINER] `), journald / syslog
+(`Nov 02 09:14:07 host unit[pid]: `), `grep -n`/`-H` (`server.log:1042:`), a pasted file
+reference (`@c:\\logs\\server.txt `), or any other text. Known shapes are parsed into their parts;
+the capture prefix is also kept whole as printed (`Prefix.line_prefix`).
+
+`split` accepts a prefix only if every token is a known one. `locate` never refuses: when `split`
+does, the log prefix is taken to start at the first strong log-prefix token (a bracketed SGLang
+timestamp, a docker timestamp, a process tag, vLLM's `LEVEL MM-DD hh:mm:ss`, ...) from which the
+rest splits, everything before it is unknown capture text, and `Prefix.known` is False: the caller
+then accepts only a complete, well-formed message (prose that quotes a metric is not a metric line).
+Timestamps are kept exactly as printed (`2026-06-07 10:59:31,659` keeps its comma); turning them
+into `ts` is the store's job.
 
 Not for: the message itself (see `parse`).
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -27,14 +39,19 @@ _SGL_BRACKET = re.compile(
     r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)((?: [A-Z][A-Z_]*\d+)*)\]")
 # logging-style bracket with rank tags and/or a source location: [DP3 TP3 EP3 file.py:222]
 _LOC_BRACKET = re.compile(r"\[((?:[A-Z][A-Z_]*\d+ )*)([\w.\-/]+(?::\w+)?:\d+)\]")
-_NAME_BRACKET = re.compile(r"\[[A-Za-z][\w.\-]{0,39}\]")            # VLLM_LOGGING_PREFIX, `[vllm]`
+_LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL"
+_LEVEL_BRACKET = re.compile(rf"\[({_LEVELS})\]")                     # %(levelname)s in brackets
+_NAME_BRACKET = re.compile(r"\[([A-Za-z][\w.\-]{0,79})\]")           # VLLM_LOGGING_PREFIX, [logger]
 _TAG_BRACKET = re.compile(r"\[((?:[A-Z][A-Z_]*\d+)(?: [A-Z][A-Z_]*\d+)*)\]")
 _TS = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
                  r"|\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?"    # vLLM: no year
                  r"|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")                # time only
-_LEVEL = re.compile(r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::[\w.]+:|:)?(?=\s|$)")
+# a level, also `INFO:logger.name:` (logging.basicConfig's default format)
+_LEVEL = re.compile(rf"(?:{_LEVELS})(?::([\w.]+):|:)?(?=\s|$)")
 _LOC = re.compile(r"[\w.\-/]+\.py:\d+(?:\]|:)"                     # vLLM <= 0.6 `metrics.py:400]`
                   r"|[\w.]+:\w+:\d+(?= )")                              # loguru `module:function:42`
+# %(name)s of a Python logging format: a dotted logger name, alone or before ': '
+_LOGGER = re.compile(r"([A-Za-z_]\w*(?:\.\w+)+):?(?=\s)")
 _SEP = re.compile(r"[|\-](?= )")                                     # loguru's ` | ` and ` - `
 _NUM = re.compile(r"\d+(?=\s)")                                        # a pid/thread id
 _SPACE = re.compile(r"[ \t]*")
@@ -44,12 +61,39 @@ RANK_NAMES = {"DP": "dp_rank", "TP": "tp_rank", "PP": "pp_rank", "EP": "ep_rank"
 _MD_CELL_TS = re.compile(r"^(?:\d{4}-\d{2}-\d{2}[ T])?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?$")
 _MD_CELL_PROC = re.compile(r"^[A-Za-z][\w\-]*(?: pid=\d+)?$")
 
+# Capture-path shapes (before the log prefix).
+_PATH = r"(?:[A-Za-z]:[\\/])?[^\s:\[\](){}`|'\"]*[./\\][^\s:\[\](){}`|'\"]*"
+# grep -H -n `FILE:N:`, grep -n `N:`, grep -H `FILE:`; a file name holds a `/` or `\` or ends
+# like a log file (a dotted logger name `sglang.srt.x:` is not one); `N:` is not a time's `hh:`
+_LOGFILE = rf"(?:[A-Za-z]:[\\/])?(?:[^\s:\[\](){{}}`|'\"]*[/\\][^\s:\[\](){{}}`|'\"]*|[\w.\-]+\.(?:log|txt|out|err|jsonl?)(?:\.\d+)?)"
+_GREP = re.compile(rf"(?:({_LOGFILE}):)?(?:(\d+):(?!\d\d[:.,]|\d\d$))?")
+# a file reference pasted before a line (editors' chat panes): `@path`, `@path:12`, `@path:12-20`
+_FILEREF = re.compile(rf"@({_PATH})(?::(\d+)(?:-\d+)?)?(?= )")
+# docker compose / `docker service logs`: `name-1  | ` (service names: letters, digits, _.-@)
+_COMPOSE = re.compile(r"([A-Za-z0-9][\w.\-@]*) *\| ")
+# kubectl logs --prefix: `[pod/NAME/CONTAINER] `
+_KUBECTL = re.compile(r"\[pod/([^/\s\[\]]+)/([^/\s\[\]]+)\](?= )")
+_MONTH = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+# journald (journalctl short / short-precise / short-iso) and syslog files: `TS host unit[pid]: `
+_JOURNALD = re.compile(
+    rf"((?:{_MONTH}) [ \d]\d \d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?"
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
+    r" ([^\s\[\]:]+) ([^\s\[\]:]+?)(?:\[(\d+)\])?: ")
+# Unknown text that says the message after it is quoted in source code, not logged: a traceback
+# frame (`File "x.py", line 3, in f`), or a string literal opening just before it (`msg = f"`)
+_CODE = re.compile(r"""^\s*File "[^"]*", line \d+|(?:^|[\s=(\[{,:+])(?:[rbfuRBFU]{0,2})["']$""")
+# Where a log prefix can start after unknown text: tokens too specific to occur in prose.
+_STRONG = re.compile(
+    r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}"
+    r"|\((?:[\w.\-]+ )?pid=\d+|\[pod/|[A-Za-z0-9][\w.\-@]* *\| "
+    rf"|(?:{_MONTH}) [ \d]\d \d{{2}}:\d{{2}}:\d{{2}} |(?:{_LEVELS}) \d{{2}}-\d{{2}} \d{{2}}:")
+
 
 @dataclass(slots=True)
 class Prefix:
     """Every part of a line's prefix, each as printed (None = absent)."""
 
-    outer_ts: str | None = None     # docker/k8s RFC3339 timestamp before everything
+    outer_ts: str | None = None     # the capture path's timestamp: docker/k8s RFC3339, journald
     process: str | None = None      # `APIServer pid=1`, `SGLangEngine pid=41820`, Ray actor tag
     timestamp: str | None = None    # the log record's own timestamp, exactly as printed
     rank: str | None = None         # rank tags as printed, e.g. "DP3 TP3 EP3"; None = no bracket
@@ -57,11 +101,38 @@ class Prefix:
     level: str | None = None
     location: str | None = None     # source location, e.g. scheduler_metrics_mixin.py:222
     quoted: str | None = None       # "markdown" | "backticks" when the line was quoted
+    logger: str | None = None       # a Python logging format's %(name)s
+    line_prefix: str | None = None  # the capture prefix, as printed (known shapes or any text)
+    service: str | None = None      # docker compose service / container name
+    pod: str | None = None          # kubectl logs --prefix
+    container: str | None = None
+    host: str | None = None         # journald / syslog
+    unit: str | None = None
+    unit_pid: int | None = None
+    src_path: str | None = None     # grep -H file name, or a pasted @file reference
+    src_line: int | None = None     # grep -n line number (or the reference's line)
+    known: bool = True              # False: the capture prefix holds text of no known shape
+    code: bool = False              # ... and that text is source code or a traceback frame
+
+    def capture(self) -> dict:
+        """The capture-prefix parts, logger and level that are present, by store column."""
+        return {CAPTURE_COLUMNS[k]: getattr(self, k) for k in CAPTURE_PARTS
+                if getattr(self, k) is not None}
+
+
+# The capture parts a record keeps beside its prefix (store columns of the same names).
+CAPTURE_PARTS = ("line_prefix", "service", "pod", "container", "host", "unit", "unit_pid",
+                 "src_path", "src_line", "logger", "level")
+# ... and the store column each is kept in (`level` is `log_level` there)
+CAPTURE_COLUMNS = {k: ("log_level" if k == "level" else k) for k in CAPTURE_PARTS}
 
 
 def clean(line: str) -> str:
-    """Drop the newline, terminal colour codes and tqdm-style carriage-return rewrites."""
+    """Drop the newline, terminal colour codes and tqdm-style carriage-return rewrites; a docker
+    json-file line becomes the message with its time and stream as a CRI line would print them."""
     line = line.rstrip("\r\n")
+    if line.startswith('{"'):
+        line = unjson(line)
     if "\x1b" in line:
         line = _ANSI.sub("", line)
     if "\r" in line:
@@ -71,6 +142,26 @@ def clean(line: str) -> str:
     if line.endswith("cluster]"):
         line = _RAY_REPEATED.sub("", line)
     return line
+
+
+def unjson(line: str) -> str:
+    """docker's json-file driver (`/var/lib/docker/containers/*/*-json.log`) writes
+    `{"log":"msg\\n","stream":"stderr","time":"2026-...Z"}`: -> `2026-...Z stderr F msg` (P when
+    the piece has no newline: docker split a message longer than 16 KiB). Other lines unchanged."""
+    try:
+        d = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(d, dict) or not isinstance(d.get("log"), str):
+        return line
+    msg = d["log"]
+    whole = msg.endswith("\n")
+    msg = msg.rstrip("\r\n")
+    t, stream = d.get("time"), d.get("stream")
+    if isinstance(t, str) and isinstance(stream, str) and OUTER_TS.match(t + " ") and \
+            stream in ("stdout", "stderr"):
+        return f"{t} {stream} {'F' if whole else 'P'} {msg}"
+    return msg
 
 
 def unquote(line: str, anchor: str) -> tuple[str, Prefix | None]:
@@ -113,22 +204,54 @@ def rank_fields(tags: list[str]) -> dict[str, int]:
     return ranks
 
 
-def split(prefix: str) -> Prefix | None:
-    """Parse what precedes a message. None if it holds anything that is not a prefix token."""
+def _capture(prefix: str, pos: int, p: Prefix, first: bool) -> re.Match | None:
+    """A capture-path token at `pos` (filling `p`), or None. `first`: nothing before it."""
+    c = prefix[pos]
+    if first and c == "@" and (m := _FILEREF.match(prefix, pos)):
+        p.src_path, p.src_line = m.group(1), int(m.group(2)) if m.group(2) else None
+        return m
+    if first and p.src_path is None and (m := _GREP.match(prefix, pos)) and m.end() > pos:
+        p.src_path, p.src_line = m.group(1), int(m.group(2)) if m.group(2) else None
+        return m
+    if c == "[" and p.pod is None and (m := _KUBECTL.match(prefix, pos)):
+        p.pod, p.container = m.group(1), m.group(2)
+        return m
+    if p.host is None and p.outer_ts is None and (c.isdigit() or c in "ADFJMNOS") and \
+            (m := _JOURNALD.match(prefix, pos)):
+        p.outer_ts, p.host, p.unit = m.group(1), m.group(2), m.group(3)
+        p.unit_pid = int(m.group(4)) if m.group(4) else None
+        return m
+    if p.service is None and c.isalnum() and (m := _COMPOSE.match(prefix, pos)) and \
+            not _LEVEL.match(prefix, pos):
+        p.service = m.group(1)
+        return m
+    return None
+
+
+def _split(prefix: str, start: int) -> Prefix | None:
     p = Prefix()
-    pos, n = 0, len(prefix)
-    pos = _SPACE.match(prefix, pos).end()
-    m = OUTER_TS.match(prefix, pos)
-    if m:
-        p.outer_ts = m.group(0)
-        pos = m.end()
-        if (m := CRI.match(prefix, pos + 1)):
-            pos = m.end() - 1
+    pos, n = start, len(prefix)
+    capture = True        # capture tokens come before any log-prefix token
+    capture_end = start
     while True:
         pos = _SPACE.match(prefix, pos).end()
         if pos >= n:
+            if capture_end > start:
+                p.line_prefix = prefix[start:capture_end]
             return p
         c = prefix[pos]
+        if capture and (m := _capture(prefix, pos, p, pos == start)):
+            capture_end = _SPACE.match(prefix, m.end()).end()
+            pos = m.end()
+            continue
+        if capture and p.outer_ts is None and c.isdigit() and (m := OUTER_TS.match(prefix, pos)):
+            p.outer_ts = m.group(0)
+            pos = m.end()
+            if (m := CRI.match(prefix, pos + 1)):
+                pos = m.end() - 1
+            capture = False
+            continue
+        capture = False
         if c == "(" and p.process is None and (m := _PROC.match(prefix, pos)):
             p.process = m.group(1)
         elif c == "[" and p.rank is None and (m := _SGL_BRACKET.match(prefix, pos)):
@@ -145,18 +268,51 @@ def split(prefix: str) -> Prefix | None:
         elif c == "[" and p.rank is None and (m := _TAG_BRACKET.match(prefix, pos)):
             tags = m.group(1).split()
             p.rank, p.ranks = " ".join(tags), rank_fields(tags)
+        elif c == "[" and p.level is None and (m := _LEVEL_BRACKET.match(prefix, pos)):
+            p.level = m.group(1)
         elif c == "[" and (m := _NAME_BRACKET.match(prefix, pos)):
-            pass  # a logger name or prefix
+            if "." in m.group(1) and p.logger is None:
+                p.logger = m.group(1)  # `[sglang.srt.managers.scheduler]`; `[vllm]` is a name
         elif c in "|-" and (m := _SEP.match(prefix, pos)):
             pass
         elif c.isdigit() and p.timestamp is None and (m := _TS.match(prefix, pos)):
             p.timestamp = m.group(0)
         elif c.isupper() and p.level is None and (m := _LEVEL.match(prefix, pos)):
             p.level = m.group(0).split(":")[0]
+            if m.group(1):
+                p.logger = m.group(1)
         elif p.location is None and (m := _LOC.match(prefix, pos)):
             p.location = m.group(0)[:-1]
+        elif p.logger is None and (c.isalpha() or c == "_") and (m := _LOGGER.match(prefix, pos)):
+            p.logger = m.group(1)
         elif c.isdigit() and (m := _NUM.match(prefix, pos)):
             pass  # a pid or thread id printed by a custom logging format
         else:
             return None
         pos = m.end()
+
+
+def split(prefix: str) -> Prefix | None:
+    """Parse what precedes a message. None if it holds anything that is not a prefix token."""
+    return _split(prefix, 0)
+
+
+def locate(head: str) -> Prefix:
+    """Parse what precedes a message, keeping unknown text: `split` when every token is known,
+    else the log prefix from the first strong token from which the rest splits (the text before
+    it is `line_prefix`, `known` False); with no such token, all of `head` is `line_prefix`."""
+    p = _split(head, 0)
+    if p is not None:
+        return p
+    for m in _STRONG.finditer(head):
+        k = m.start()
+        if k == 0 or (head[k].isalnum() and head[k - 1].isalnum()):
+            continue  # inside a word: not where a token starts
+        q = _split(head, k)
+        if q is not None:
+            q.line_prefix = head[:k] + (q.line_prefix or "")
+            q.known = False
+            q.code = _CODE.search(head[:k].rstrip()) is not None
+            return q
+    return Prefix(line_prefix=head or None, known=not head.strip(),
+                  code=_CODE.search(head.rstrip()) is not None)

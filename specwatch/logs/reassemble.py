@@ -40,6 +40,10 @@ _STARTS_RECORD = STARTS_RECORD = re.compile(
     r"\s*(?:\[\d{4}-\d{2}-\d{2}[ T]|\(\w[\w.\-]* pid=\d+|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
     r"[ :]|\d{4}-\d{2}-\d{2}[ T]\d{2}:|\d{2}-\d{2} \d{2}:\d{2}|Traceback |File \"|specwatch: "
     r"|\||```|#{1,6} )")  # markdown rows, fences and headings start their own text
+# A line that holds an SGLang batch record of its own after whatever prefix (a capture prefix:
+# `sglang-1  | [ts] Decode batch, ...`) is never a continuation either.
+_OWN_RECORD = re.compile(r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?: [A-Z][A-Z_]*\d+)*\] "
+                         r"(?:Decode|Prefill) batch")
 
 
 @dataclass(slots=True)
@@ -54,10 +58,17 @@ class Logical:
 
 
 def _docker_piece(text: str, rec) -> bool:
-    """A docker json-file piece: the message after the outer timestamp is exactly 16 KiB."""
-    if not isinstance(rec, parse.Record) or rec.outer_ts is None:
+    """A docker json-file piece: the message after the outer timestamp (or after a docker compose
+    service prefix) is exactly 16 KiB."""
+    if not isinstance(rec, parse.Record):
         return False
-    msg = text.split(" ", 1)[1] if " " in text else ""
+    lp = rec.capture.get("line_prefix")
+    if lp and text.startswith(lp):
+        msg = text[len(lp):]
+    elif prefix.OUTER_TS.match(text):
+        msg = text.split(" ", 1)[1]
+    else:
+        return False
     return len(msg.encode("utf-8", "replace")) == DOCKER_SPLIT
 
 
@@ -125,7 +136,7 @@ class Reassembler:
         if isinstance(rec, parse.Record) and rec.kind in HOLD_KINDS or \
                 rec is not None and _holdable(clean, rec):
             self._held = Logical(line_no, offset, text, rec)
-            self._texts = [text]
+            self._texts = [clean if text.startswith('{"') else text]  # docker JSON: its message
             self._docker = prefix.OUTER_TS.match(clean) is not None
             return out
         out.append(Logical(line_no, offset, text, rec))
@@ -148,9 +159,20 @@ class Reassembler:
         clean = prefix.clean(text)
         if not clean.isprintable() or "\ufffd" in clean:
             return _NO, None  # binary or undecodable bytes never continue a record
+        if _OWN_RECORD.search(clean):
+            return _NO, None
         m = prefix.OUTER_TS.match(clean)
-        rest = ""
-        if self._docker:
+        rest, c = "", None
+        res = held.result
+        lp = res.capture.get("line_prefix") if isinstance(res, parse.Record) else res.line_prefix
+        if lp and clean.startswith(lp) and not self._docker:
+            # the same capture prefix (docker compose prints each 16 KiB piece with it): the
+            # continuation is what follows it, joined as it is
+            rest = clean[len(lp):]
+            if not rest or _STARTS_RECORD.match(rest):
+                return _NO, None
+            joins = [t + rest for t in self._texts]
+        elif self._docker:
             if not m:
                 return _NO, None
             rest = clean[m.end() + 1:]
@@ -196,8 +218,9 @@ class Reassembler:
                                    "way; not stored as a record")
                 self._held, self._texts = None, []
                 return _JOINED, Logical(held.line_no, held.offset, j, r, parts)
-            if self._docker and (len(rest.encode("utf-8", "replace")) == DOCKER_SPLIT or
-                                 c is not None and c.group(1) == "P"):
+            if (self._docker or lp) and rest and (
+                    len(rest.encode("utf-8", "replace")) == DOCKER_SPLIT or
+                    c is not None and c.group(1) == "P"):
                 held.text, held.result, held.parts, self._texts = j, r, parts, [j]
                 return _CONSUMED, None  # another full piece: the message may go on
             r.parts = parts

@@ -153,7 +153,7 @@ _COLS = {kind: fmt for kind, fmt in parse.FORMATS.lines.items()}
 def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> tuple[str, dict]:
     """(table, row) for one parsed record. Raises ValueError when a JSON column cannot hold a
     value (a non-finite float)."""
-    row = {"source_id": source_id, "byte_offset": offset, "line_no": line_no}
+    row = {"source_id": source_id, "byte_offset": offset, "line_no": line_no, **rec.capture}
     f = rec.fields
     if rec.kind in ("sglang_decode", "sglang_prefill"):
         row.update(ts=_ts(rec.timestamp), ts_text=rec.timestamp, rank=rec.rank,
@@ -170,16 +170,22 @@ def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> 
             row[col.column] = value
             if col.column == "graph_enabled":
                 row["graph_device"] = key.split("_")[0]
+        dev = parse.kv_cache_device(rec)
+        if dev is not None:  # vLLM `<device> KV cache usage` (CPU builds print `CPU KV cache usage`)
+            row["kv_cache_device"] = dev[1]
+            if isinstance(f.get(dev[0]), float):
+                row["gpu_kv_cache_usage_pct"] = f[dev[0]]
         # `fields` keeps what no typed column holds, so typed columns + fields = the whole line
         extra = {k: v for k, v in f.items()
-                 if k not in _COLS[rec.kind].by_key and k not in ("forward_iter", "engine")}
+                 if k not in _COLS[rec.kind].by_key and k not in ("forward_iter", "engine")
+                 and (dev is None or k != dev[0])}
         row["fields"] = _dumps(extra) if extra else None
         row.update(parse.derived_columns(rec))  # outer timestamp; rates cut at the spec depth
         return schema.KIND_TABLE[rec.kind], row
     if rec.kind in parse.CONFIG_KINDS:  # SGLang server_args, vLLM engine config / args
         row.update(ts=_ts(rec.timestamp), ts_text=rec.timestamp, process=rec.process,
-                   form=rec.form, config_kind=rec.kind, **parse.derived_columns(rec),
-                   args=_dumps(f))
+                   outer_ts_text=rec.outer_ts, form=rec.form, config_kind=rec.kind,
+                   **parse.derived_columns(rec), args=_dumps(f))
         return "server_configs", row
     row.update(ts=_ts(rec.timestamp), kind=rec.kind, message=f.get("message"))
     return "events", row
@@ -304,9 +310,10 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
     if fast if fast is not None else fastscan.available():
         sr = fastscan.scan(data, start_offset, start_line, buffers)
         batches.buffers = sr.buffers
+        slow_lines = _resolve_capture(sr, start_offset)
         taken = [np.asarray(c["byte_offset"]) for c in (sr.decode, sr.prefill)]
         cursor, lines = 0, sr.lines
-        for rel, line_no in sr.slow_lines.tolist():
+        for rel, line_no in slow_lines.tolist():
             if rel < cursor:
                 continue  # already fed, as what followed a held record
             while True:
@@ -388,6 +395,24 @@ def _warn_jumps(batches: Batches, fast: list[dict], start: int, path: str, resul
             result.warnings.append(clock.describe_jump(path, found[0], len(found)))
 
 
+def _resolve_capture(sr, start_offset: int) -> np.ndarray:
+    """The scanner's rows get their capture columns (fastscan.resolve_capture); those whose prefix
+    the Python parser reads another way join the lines it parses. -> (offset in the chunk, line
+    number) of every line for the Python parser, in file order."""
+    redo = []
+    for name in ("decode", "prefill"):
+        cols = getattr(sr, name)
+        off, nos = cols["byte_offset"], cols["line_no"]
+        kept, back = fastscan.resolve_capture(cols)
+        setattr(sr, name, kept)
+        if len(back):
+            redo.append(np.stack([np.asarray(off)[back] - start_offset, np.asarray(nos)[back]], 1))
+    if not redo:
+        return sr.slow_lines
+    lines = np.concatenate([sr.slow_lines, *redo])
+    return lines[np.argsort(lines[:, 0], kind="stable")]
+
+
 def _aligned_cut(fast: dict[str, pa.Array], slow: dict[str, list] | None, start: int, end: int,
                  align: int) -> tuple[int, int, int] | None:
     """(byte offset, line number, index) of the decode window whose index among those in [start, end) is
@@ -464,7 +489,7 @@ def parse_chunk_checked(con, data: bytes, source_id: str, path: str, start_offse
                                             for c in schema.column_names(table)})
             con.register("_specwatch_check", tbl)
             try:
-                con.execute(f"INSERT INTO {scratch} SELECT * FROM _specwatch_check")
+                con.execute(f"INSERT INTO {scratch} BY NAME SELECT * FROM _specwatch_check")
             finally:
                 con.unregister("_specwatch_check")
                 con.execute(f"DELETE FROM {scratch}")

@@ -47,6 +47,13 @@ class LineFormat:
     samples: tuple[Sample, ...]
     # printed (normalised) key -> Column, aliases included
     by_key: dict[str, Column] = field(default_factory=dict, compare=False)
+    # After a capture prefix of no known shape, a line counts only when its message is complete:
+    # it carries one of these field sets (default: `required`), and every key no column declares
+    # prints a number, True/False or a percentage, unless it is one of `text_keys`.
+    complete_any: tuple[tuple[str, ...], ...] = ()
+    text_keys: tuple[str, ...] = ()
+    # keys printed as `M [lo, hi]` (a value with ", " inside): parsed into key, key_lo, key_hi
+    ranges: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,11 @@ def _line_format(raw: dict, where: str) -> LineFormat:
     if not samples:
         raise FormatError(f"{where}: line kind {kind!r} has no sample lines; every format needs at "
                           "least one real-looking sample with its expected parse")
-    return LineFormat(kind, headers, raw.get("first_key"), tuple(raw.get("required", [])),
-                      tuple(columns), samples, by_key)
+    required = tuple(raw.get("required", []))
+    complete_any = tuple(tuple(c) for c in raw.get("complete_any", [])) or (required,)
+    return LineFormat(kind, headers, raw.get("first_key"), required, tuple(columns), samples,
+                      by_key, complete_any, tuple(raw.get("text_keys", [])),
+                      tuple(raw.get("ranges", [])))
 
 
 @lru_cache(maxsize=None)

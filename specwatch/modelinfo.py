@@ -32,10 +32,14 @@ class ModelInfo:
 
 
 def local_dir(path: str | None) -> Path | None:
-    """The directory `path` names (builtin:<name> = a packaged model) if it has a config.json."""
+    """The directory `path` names (builtin:<name> = a packaged model, fixture:<name> = a built
+    fixture model, engine/fixture.py; never builds one) if it has a config.json."""
     if not path:
         return None
-    from specwatch.engine import BUILTIN_PREFIX, models_dir
+    from specwatch.engine import BUILTIN_PREFIX, fixture, models_dir
+    if fixture.is_fixture(path):
+        d = fixture.built_dir(path)
+        return d if d is not None and (d / "config.json").is_file() else None
     d = models_dir() / path[len(BUILTIN_PREFIX):] if path.startswith(BUILTIN_PREFIX) \
         else Path(path).expanduser()
     return d if (d / "config.json").is_file() else None

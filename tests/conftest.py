@@ -39,6 +39,10 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path.name == "contract" and collection_path.parent == ROOT / "tests":
         import importlib.util
         return importlib.util.find_spec("sglang") is None
+    # tests/contract_vllm/ likewise needs real vLLM (the side env of scripts/vllm_env.sh)
+    if collection_path.name == "contract_vllm" and collection_path.parent == ROOT / "tests":
+        import importlib.util
+        return importlib.util.find_spec("vllm") is None
     return None
 
 

@@ -122,7 +122,7 @@ server_flags = ["--max-running-requests", "8"]
     ('[[grid]]\nspeculative_num_steps = 1\n[[grid]]\nspeculative_num_stepz = 2\n', 9,
      "speculative_num_stepz: unknown key in [[grid]]; did you mean speculative_num_steps?"),
     ('[workload]\noutput_tokens = {min = 9, max = 3}\n', 7, "output_tokens: need min <= max"),
-    ('engine = "vllm"\n', 6, "engine: 'vllm' is not one of builtin, sglang"),
+    ('engine = "tgi"\n', 6, "engine: 'tgi' is not one of builtin, sglang, vllm"),
     ('[workload]\nprompts = "builtin:poetry"\n', 7, "no built-in prompt set 'poetry'"),
     ('x = [1,\n', 6, "not valid TOML"),
 ])

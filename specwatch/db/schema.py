@@ -95,7 +95,15 @@ class Run:
     e2e_ms_p90: float = _t("DOUBLE")
     e2e_ms_p99: float = _t("DOUBLE")
     client_accept_len: float = _t("DOUBLE")  # Σ completion tokens / Σ spec_verify_ct of responses
-    server_accept_len: float = _t("DOUBLE")  # /server_info avg_spec_accept_length after the load
+    server_accept_len: float = _t("DOUBLE")  # the server's accept length for this run: SGLang
+    #   /server_info avg_spec_accept_length after the load; vLLM 1 + Δaccepted / Δdrafts below
+    # vLLM's /metrics spec-decode counters, the run's share (scraped before and after its load,
+    # summed over engines; run/prom.py): verify steps with a draft, draft tokens proposed, draft
+    # tokens accepted, and accepted per draft position (JSON list). NULL: not vLLM or no page.
+    spec_drafts: int = _t("BIGINT")
+    spec_draft_tokens: int = _t("BIGINT")
+    spec_accepted_tokens: int = _t("BIGINT")
+    spec_accepted_per_pos: str = _t("VARCHAR")
     # Where and when a sweep run was measured (measure/sweep): its position in the sweep's
     # interleaved order and the seed that shuffled it, the GPU ids it had (JSON list), the node,
     # how often Ray retried its task after a lost node, and the endpoint when attached (not launched).

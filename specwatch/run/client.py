@@ -206,7 +206,9 @@ def _finish(api: str, res: RequestResult, last: dict) -> None:
     spec = (last.get("metrics") or {}).get("speculative_decoding")
     if isinstance(spec, dict):
         res.spec_verify_ct = spec.get("num_spec_steps")
-        res.spec_accept_length = spec.get("mean_acceptance_length")
+        # vLLM 0.32 says 1.0 for a request that never drafted (ngram without a match): NULL here
+        res.spec_accept_length = spec.get("mean_acceptance_length") if res.spec_verify_ct \
+            else None
         hist = spec.get("acceptance_histogram")
         res.spec_accept_histogram = hist if isinstance(hist, list) else None
 

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specwatch import modelinfo
-from specwatch.run import ports, procs
+from specwatch.engine import fixture
+from specwatch.run import ports, procs, vllm_config
 from specwatch.logs.failure import decode_lines, failure_cause, tail_lines
 
 if TYPE_CHECKING:
@@ -67,11 +68,14 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
     return tuple(parts) or None
 
 
-def launch_python(launch_command: tuple[str, ...] | list[str] | None = None) -> str | None:
+def launch_python(launch_command: tuple[str, ...] | list[str] | None = None,
+                  engine: str | None = None) -> str | None:
     """The interpreter a server runs under: launch_command's program when it is a Python,
-    specwatch's own without a launch_command, None when the program is not a Python."""
+    without a launch_command specwatch's own (vLLM: $SPECWATCH_VLLM_PYTHON when set, e.g. the
+    side env of scripts/vllm_env.sh), None when the program is not a Python."""
     if not launch_command:
-        return sys.executable
+        return (os.environ.get("SPECWATCH_VLLM_PYTHON") or sys.executable) if engine == "vllm" \
+            else sys.executable
     prog = launch_command[0]
     return prog if Path(prog).name.startswith("python") else None
 
@@ -117,14 +121,16 @@ def command(engine: str, config: Config, port: int, draft_path: str | None = Non
     """argv for one config. `config` is a sweepfile.Config; `draft_path` overrides its draft (an
     aux-layer-ids copy); `gpus`: the GPU ids it was given (the built-in engine then runs with
     `--device cuda` unless the flags pick a device). Raises LaunchFailed for a flag the given
-    SGLang version does not have."""
+    SGLang version does not have. `fixture:` models are built on first use (engine.fixture)."""
+    if engine == "vllm":
+        return _vllm_command(config, port, draft_path, launch_command)
     if launch_command:
         argv = list(launch_command)
     elif engine == "builtin":
         argv = [sys.executable, "-m", "specwatch.engine"]
     else:
         argv = [sys.executable, "-m", "sglang.launch_server"]
-    argv += ["--model-path", config.model]
+    argv += ["--model-path", model_path(config.model)]
     if config.speculative_algorithm:
         algo = config.speculative_algorithm
         v = parse_version(sglang_version) if engine == "sglang" else None
@@ -132,7 +138,7 @@ def command(engine: str, config: Config, port: int, draft_path: str | None = Non
             raise LaunchFailed(f"--speculative-algorithm EAGLE3 needs SGLang >= 0.4.4.post2 "
                                f"(sweep says {sglang_version}); use EAGLE or upgrade")
         argv += ["--speculative-algorithm", algo,
-                 "--speculative-draft-model-path", draft_path or config.draft_model,
+                 "--speculative-draft-model-path", draft_path or model_path(config.draft_model),
                  "--speculative-num-steps", str(config.speculative_num_steps),
                  "--speculative-eagle-topk", str(config.speculative_eagle_topk),
                  "--speculative-num-draft-tokens", str(config.speculative_num_draft_tokens)]
@@ -148,6 +154,41 @@ def command(engine: str, config: Config, port: int, draft_path: str | None = Non
         argv += ["--device", "cuda"]
     argv += list(config.server_flags)
     return argv
+
+
+def model_path(path: str | None) -> str | None:
+    """The path a server is given for `path`: a `fixture:` model built if needed (engine.fixture),
+    anything else as written. Raises LaunchFailed for an unknown fixture or a failed build."""
+    try:
+        return fixture.resolve(path)
+    except (fixture.FixtureError, OSError) as exc:
+        raise LaunchFailed(str(exc)) from None
+
+
+def prepare_models(c: Config) -> None:
+    """Build the fixture models a config names, so that their config.json is readable (model
+    facts, aux ids, resume identity) before anything else looks at them."""
+    model_path(c.model)
+    model_path(c.draft_model)
+
+
+def _vllm_command(config: Config, port: int, draft_path: str | None,
+                  launch_command: tuple[str, ...] | None) -> list[str]:
+    """`python -m vllm.entrypoints.openai.api_server` (the same parser and server as `vllm
+    serve`, and it needs no `vllm` distribution metadata) with --speculative-config JSON
+    (vllm_config.spec_json) and vLLM's parallel flags."""
+    argv = list(launch_command) if launch_command else [
+        launch_python(None, "vllm"), "-m", "vllm.entrypoints.openai.api_server"]
+    argv += ["--model", model_path(config.model)]
+    spec = vllm_config.spec_json(config, draft_path or model_path(config.draft_model))
+    if spec:
+        argv += ["--speculative-config", spec]
+    argv += ["--tensor-parallel-size", str(config.tp_size)]
+    if config.dp_size != 1:
+        argv += ["--data-parallel-size", str(config.dp_size)]
+    if config.pp_size != 1:
+        argv += ["--pipeline-parallel-size", str(config.pp_size)]
+    return argv + ["--host", HOST, "--port", str(port), *config.server_flags]
 
 
 def environment(base: dict[str, str], extra: tuple[tuple[str, str], ...] = (),
@@ -274,8 +315,8 @@ class Server:
     `grace_s`: how long the watchdog waits between SIGTERM and SIGKILL if specwatch dies."""
 
     def __init__(self, argv: list[str], env: dict[str, str], port: int, log_path: str | Path,
-                 cwd: str | Path | None = None, grace_s: float = 10.0):
-        self.argv, self.env, self.port = argv, env, port
+                 cwd: str | Path | None = None, grace_s: float = 10.0, engine: str = "sglang"):
+        self.argv, self.env, self.port, self.engine = argv, env, port, engine
         self.log_path = Path(log_path)
         self.cwd = cwd
         self.grace_s = grace_s
@@ -317,10 +358,13 @@ class Server:
         """Why a load's numbers are not this server's, or None: the port's listener is no longer
         ours, or the log has no decode window in the run's byte range although the longest
         request took at least --decode-log-interval decode steps (SGLang's default 40), so the
-        server that answered did not log to our file. `results`: the load's RequestResults."""
+        server that answered did not log to our file. `results`: the load's RequestResults.
+        vLLM logs by time (every VLLM_LOG_STATS_INTERVAL s), not by steps: only the port check."""
         if self.exited() is None and not self.owns_port():
             return (f"after the load, port {self.port} is answered by a listener that is not this "
                     f"server's process group (pid {self.pid}): the numbers are not ours")
+        if self.engine == "vllm":
+            return None
         steps = max(((r.spec_verify_ct if r.spec_verify_ct is not None else
                       (r.output_tokens or 0) - 1) for r in results if r.success), default=0)
         interval = flag_value(self.argv, "--decode-log-interval", 40)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specwatch.logs import failure
-from specwatch.run import launch, load, ports
+from specwatch.run import client, launch, load, ports, prom
 from specwatch import modelinfo
 from specwatch.db import sampling
 from specwatch.run.sweepfile import Config, Sweep
@@ -203,6 +203,10 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
                        gpus=list(job.gpus) if job.gpus is not None else None,
                        started_wall=wall_start)
     keys = list(job.runs)
+    try:
+        launch.prepare_models(c)     # fixture: models exist before their facts are read
+    except launch.LaunchFailed:
+        pass                         # launching it fails the config with this reason
     rows = {k: base_row(job, k, i) for i, k in enumerate(keys)}
     done: set[RunKey] = set()
     server = None
@@ -251,7 +255,8 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
             t_wait = time.monotonic()
             _event(events, "before_launch", c.name)
             out.wait_s += time.monotonic() - t_wait
-            server = launch.Server(argv, env, job.port, log_path, grace_s=sweep.stop_grace_s)
+            server = launch.Server(argv, env, job.port, log_path, grace_s=sweep.stop_grace_s,
+                                   engine=sweep.engine)
             server.start()
             _event(events, "log_opened", c.name, str(log_path))
             _event(events, "note", c.name, f"launched pid {server.pid} on port {job.port}")
@@ -264,12 +269,13 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
         # The probe asks whether the server can serve at all: the shortest prompt, so that a
         # workload whose long prompts exceed the context still gets measured (those fail as rows).
         first = min(warm_specs + specs, key=lambda r: len(r.prompt))
-        probe = load.probe(target, first, w.temperature, sweep.request_timeout_s)
+        api = client.ENGINE_API[sweep.engine]
+        probe = load.probe(target, first, w.temperature, sweep.request_timeout_s, api=api)
         if not probe.success:
             raise launch.LaunchFailed(f"probe request failed: {probe.error}")
         warm = load.run(target, warm_specs, max(k.concurrency for k in keys), w.temperature,
                         w.seed, sweep.request_timeout_s, is_warmup=True, first_idx=-len(warm_specs),
-                        stop=stop)
+                        stop=stop, api=api)
         out.warmup_s = time.monotonic() - t0
         probe.request_idx = -len(warm_specs) - 1
         warm_rows = [r.row() for r in [probe] + warm.results]
@@ -323,15 +329,21 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
     """One (concurrency, repeat) run; returns the reason when the server is gone (fatal)."""
     c, w = job.config, job.sweep.workload
     started = dt.datetime.now()
-    load.flush_cache(target)
+    vllm = job.sweep.engine == "vllm"
+    if vllm:
+        before = _spec_counters(target)      # vLLM has no /flush_cache: counters' deltas
+    else:
+        load.flush_cache(target)
     offset_from = _log_size(log_path)
     _event(events, "run_start", c.name, k.concurrency, k.repeat_idx, len(specs))
     res = load.run(target, specs, k.concurrency, w.temperature, w.seed,
                    job.sweep.request_timeout_s, stop=stop,
                    on_done=(lambda r: events.request_done(c.name, r.success))
-                   if events is not None else None)
+                   if events is not None else None, api=client.ENGINE_API[job.sweep.engine])
     out.load_s += res.wall_s
-    info = load.server_info(target)
+    info = None if vllm else load.server_info(target)
+    spec = vllm_spec_columns(before, _spec_counters(target)) if vllm else {
+        "server_accept_len": load.server_accept_len(info)}
     offset_to = _log_size(log_path)
     summary = load.summarize(res)
     exit_code = server.exited() if server is not None else None
@@ -354,13 +366,34 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
                    summary["requests_ok"], summary["requests_failed"], summary["output_tok_s"],
                    res.wall_s, requests=[r.row() for r in res.results] + extra_requests,
                    offset_from=offset_from, offset_to=offset_to)
-    finish(k, status, reason, {"started_at": started,
-                               "server_accept_len": load.server_accept_len(info), **summary}, rr)
+    finish(k, status, reason, {"started_at": started, **spec, **summary}, rr)
     _event(events, "run_measured", out)        # stored first: a printed run is a kept run
     _event(events, "run_end", c.name, rr)
     if status == "failed" and (exit_code is not None or not answering):
         return reason
     return None
+
+
+def _spec_counters(target) -> prom.SpecCounters | None:
+    """vLLM's spec-decode counters now; None when the page has none (no speculation) or cannot
+    be read (then the run's acceptance columns stay NULL: missing, never a default)."""
+    try:
+        return prom.spec_counters(prom.scrape(target))
+    except prom.ScrapeError:
+        return None
+
+
+def vllm_spec_columns(before: prom.SpecCounters | None, after: prom.SpecCounters | None
+                      ) -> dict:
+    """A vLLM run's acceptance from vLLM's own counters, scraped before and after its load:
+    spec_* = after − before, server_accept_len = 1 + Δaccepted / Δdrafts (prom.SpecCounters).
+    All NULL without both pages (a baseline has no spec counters)."""
+    if after is None or before is None:
+        return {"server_accept_len": None}
+    d = after.minus(before)
+    return {"server_accept_len": d.accept_len, "spec_drafts": d.drafts,
+            "spec_draft_tokens": d.draft_tokens, "spec_accepted_tokens": d.accepted_tokens,
+            "spec_accepted_per_pos": json.dumps(list(d.accepted_per_pos))}
 
 
 def run_status(res: load.LoadResult, summary: dict, exit_code: int | None, answering: bool,

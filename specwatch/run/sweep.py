@@ -48,7 +48,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from specwatch.run import launch, procs, sglang_check, sweepfile, writer
+from specwatch.run import launch, procs, sglang_check, sweepfile, vllm_check, writer
 from specwatch.db import store
 from specwatch.run.measure import (ConfigJob, ConfigResult, RunKey, RunResult, base_row,
                                config_columns, measure_config, run_id, run_name)
@@ -464,14 +464,22 @@ def run_sweep_main(sweep_file: str, db: str, out_dir: str, gpus: str | None = No
     progress = progress or Progress()
     for s in sweep.skipped:
         progress.note("skipped", f"{s.description}: {s.reason}")
-    # engine = "sglang": SGLang's own parser (of the launch interpreter) checks every config's
-    # flags before any server starts; a rejected flag stops the sweep with its file:line.
+    # fixture: models are built first (the checks and the plan read their config.json)
     try:
-        sglang_check.check_sweep(sweep)
-    except sglang_check.FlagError as exc:
-        raise SweepError(str(exc)) from None
-    except sglang_check.CheckUnavailable as exc:
-        progress.note("flags", f"server flags not checked before launch: {exc}")
+        for c in sweep.configs:
+            launch.prepare_models(c)
+    except launch.LaunchFailed as exc:
+        raise SweepError(f"{sweep.path}: {exc}") from None
+    # engine = "sglang" / "vllm": the engine's own parser (of the launch interpreter) checks every
+    # config's flags (vLLM: and --speculative-config against its SpeculativeConfig) before any
+    # server starts; a rejected flag stops the sweep with its file:line.
+    for check in (sglang_check, vllm_check):
+        try:
+            check.check_sweep(sweep)
+        except sglang_check.FlagError as exc:
+            raise SweepError(str(exc)) from None
+        except sglang_check.CheckUnavailable as exc:
+            progress.note("flags", f"server flags not checked before launch: {exc}")
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

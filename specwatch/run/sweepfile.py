@@ -4,7 +4,8 @@ A sweep file declares one target model, the server to run it with, a workload, a
 configs to compare. A no-speculation baseline (one per tp/dp/pp shape) is always added. Example:
 
     name = "builtin-demo"                  # sweep name (default: the file's stem)
-    engine = "builtin"                     # "builtin" (specwatch's CPU engine) or "sglang"
+    engine = "builtin"                     # "builtin" (specwatch's CPU engine), "sglang" or
+                                           # "vllm" (its keys: vllm_config)
     model = "builtin:target"               # target: a local dir, HF id (sglang) or builtin:<name>
     draft_model = "builtin:draft-eagle3"   # default draft for every speculative config
     speculative_algorithm = "EAGLE3"       # default EAGLE3
@@ -63,6 +64,7 @@ Not here: running anything (see `sweep`), building command lines (see `launch`).
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import itertools
@@ -76,8 +78,9 @@ from specwatch.engine import BUILTIN_PREFIX  # "builtin:": shipped models and pr
 from specwatch.run.tomllines import Lines as _Lines
 from specwatch.run.tomlranges import Range, numbers
 from specwatch.run import traffic  # load levels, arrivals, SLO, rate search, adaptive repeats
+from specwatch.run import sglang_config, vllm_config  # what a config means on each engine
 
-ENGINES = ("builtin", "sglang")
+ENGINES = ("builtin", "sglang", "vllm")
 PROMPT_SETS = ("chat", "code", "math", "summarisation", "long_context", "mixed")
 
 
@@ -125,6 +128,7 @@ class Config:
     where: str
     dp_size: int = 1
     pp_size: int = 1
+    speculative_config: str | None = None   # vLLM: JSON of the other SpeculativeConfig fields
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,7 @@ CONFIG_KEYS = {
     "draft_model": _STR, "speculative_algorithm": _STR, "speculative_num_steps": _INT,
     "speculative_eagle_topk": _INT, "speculative_num_draft_tokens": _INT, "tp_size": _INT,
     "dp_size": _INT, "pp_size": _INT, "aux_layer_ids": _INT_LIST, "server_flags": _STR_LIST,
-}
+    **vllm_config.KEYS}
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 NAME_MAX = 100
 RESERVED_NAME = re.compile(r"baseline(-.*)?", re.IGNORECASE)
@@ -187,13 +191,15 @@ OWN_FLAGS = {"--port": "port", "--host": "(always 127.0.0.1)", "--model-path": "
              "--model": "model", "--tp-size": "tp_size", "--tp": "tp_size",
              "--tensor-parallel-size": "tp_size", "--dp-size": "dp_size", "--dp": "dp_size",
              "--data-parallel-size": "dp_size", "--pp-size": "pp_size", "--pp": "pp_size",
-             "--pipeline-parallel-size": "pp_size"}
+             "--pipeline-parallel-size": "pp_size", "-tp": "tp_size", "-dp": "dp_size",
+             "-pp": "pp_size", **{f: "num_speculative_tokens and speculative_config" for f in (
+                 "--speculative-config", "-sc", "--spec-method", "--spec-model", "--spec-tokens")}}
 _LIST_VALUED = {"aux_layer_ids", "server_flags"}   # values that are lists themselves
 
 DEFAULTS = {
     "builtin": {"startup_timeout_s": 120.0, "request_timeout_s": 120.0, "stop_grace_s": 10.0},
     "sglang": {"startup_timeout_s": 900.0, "request_timeout_s": 600.0, "stop_grace_s": 30.0},
-}
+    "vllm": {"startup_timeout_s": 900.0, "request_timeout_s": 600.0, "stop_grace_s": 30.0}}
 
 
 DAY_S = 86400.0
@@ -224,7 +230,7 @@ RANGES: dict[str, dict[str, Range]] = {
     "config": {
         "speculative_num_steps": Range(1, 64),
         "speculative_eagle_topk": Range(1, 64),
-        "speculative_num_draft_tokens": Range(2, 1024),
+        "speculative_num_draft_tokens": Range(2, 1024), "num_speculative_tokens": Range(1, 64),
         "tp_size": Range(1, 1024), "dp_size": Range(1, 1024), "pp_size": Range(1, 1024),
         "aux_layer_ids": Range(-1, 4095, why="layer indices; -1 captures nothing"),
     },
@@ -461,7 +467,8 @@ def _grid_values(key: str, value, lines: _Lines, where: str) -> list:
 def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[Skipped]]:
     base_flags = tuple(data.get("server_flags", []))
     defaults = {"draft_model": data.get("draft_model"),
-                "speculative_algorithm": data.get("speculative_algorithm", "EAGLE3")}
+                "speculative_algorithm": data.get("speculative_algorithm",
+                                                  "eagle3" if engine == "vllm" else "EAGLE3")}
     candidates: list[tuple[dict, str, bool]] = []   # (values, where, named explicitly)
     for section in ("grid", "config"):
         tables = data.get(section, [])
@@ -473,6 +480,9 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
                 if key not in keys:
                     raise SweepFileError(
                         f"{lines.at(section, key, i)}: {_unknown(key, keys, f'[[{section}]]')}")
+            wrong = vllm_config.engine_keys(engine, t, lambda k: lines.at(section, k, i))
+            if wrong:
+                raise SweepFileError(wrong)
             for key in ("server_flags", "draft_model", "speculative_algorithm"):
                 if key in t:
                     check_argv_strings(t[key], lines.at(section, key, i), key,
@@ -500,10 +510,11 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
     for values, where, named in candidates:
         desc = ", ".join(f"{k}={json.dumps(v)}" for k, v in values.items())
         merged = {**defaults, **values}
-        reason = _invalid(merged, data)
+        reason = vllm_config.invalid(merged) if engine == "vllm" else sglang_config.invalid(merged, data)
         if reason:
             skipped.append(Skipped(desc or "(defaults)", f"{where}: {reason}"))
             continue
+        merged = vllm_config.as_chain(merged) if engine == "vllm" else merged
         steps = merged.get("speculative_num_steps")
         topk = merged.get("speculative_eagle_topk")
         draft_tokens = merged.get("speculative_num_draft_tokens")
@@ -513,14 +524,16 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
         extra = tuple(merged.get("server_flags", []))
         cfg = Config(
             name="", is_baseline=False, model=data["model"], draft_model=merged["draft_model"],
-            speculative_algorithm=merged["speculative_algorithm"].upper(),
+            speculative_algorithm=merged["speculative_algorithm"] if engine == "vllm"
+            else merged["speculative_algorithm"].upper(),
             speculative_num_steps=steps, speculative_eagle_topk=topk,
             speculative_num_draft_tokens=draft_tokens, tp_size=merged.get("tp_size", 1),
             aux_layer_ids=tuple(aux) if aux is not None else None,
             server_flags=base_flags + extra, extra_flags=extra, where=where,
-            dp_size=merged.get("dp_size", 1), pp_size=merged.get("pp_size", 1))
+            dp_size=merged.get("dp_size", 1), pp_size=merged.get("pp_size", 1),
+            speculative_config=merged.get("speculative_config_json"))
         name = values["name"] if named else _auto_name(cfg, defaults["draft_model"])
-        cfg = _replace_name(cfg, name)
+        cfg = dataclasses.replace(cfg, name=name)
         key = _identity(cfg)
         if key in seen:
             skipped.append(Skipped(desc, f"{where}: same server config as {seen[key]}"))
@@ -544,39 +557,12 @@ def _expand(data: dict, lines: _Lines, engine: str) -> tuple[list[Config], list[
     return baselines + configs, skipped
 
 
-def _invalid(v: dict, data: dict) -> str | None:
-    """Why this combination cannot run (SGLang would refuse or silently change it), or None."""
-    if not v.get("draft_model"):
-        return "draft_model: missing; set draft_model at the top level or in this grid/config"
-    steps = v.get("speculative_num_steps")
-    topk = v.get("speculative_eagle_topk")
-    draft = v.get("speculative_num_draft_tokens")
-    if steps is None or topk is None:
-        return ("speculative_num_steps and speculative_eagle_topk are required (SGLang's "
-                "auto-choice depends on the model; pin them so the sweep measures what it says)")
-    flags = list(data.get("server_flags", [])) + list(v.get("server_flags", []))
-    if "--enable-dp-attention" in flags and v.get("tp_size", 1) % v.get("dp_size", 1):
-        return (f"dp_size={v.get('dp_size', 1)} with --enable-dp-attention must divide "
-                f"tp_size={v.get('tp_size', 1)} (SGLang asserts tp_size % dp_size == 0)")
-    if draft is None:
-        if topk > 1:
-            return (f"speculative_eagle_topk={topk} needs speculative_num_draft_tokens (at most "
-                    f"steps*topk+1={steps * topk + 1})")
-        return None
-    if topk == 1 and draft != steps + 1:
-        return (f"speculative_num_draft_tokens={draft} with speculative_eagle_topk=1 must equal "
-                f"steps+1={steps + 1} (SGLang would silently change it); drop it or set it to "
-                f"{steps + 1}")
-    if draft > steps * topk + 1:
-        return (f"speculative_num_draft_tokens={draft} exceeds steps*topk+1={steps * topk + 1} "
-                f"(steps={steps}, topk={topk}); lower it or raise speculative_eagle_topk")
-    return None
-
-
 def _auto_name(c: Config, default_draft: str | None) -> str:
-    name = (f"{c.speculative_algorithm.lower()}-s{c.speculative_num_steps}"
+    name = (f"{c.speculative_algorithm}-k{c.speculative_num_steps}"   # vLLM: lower-case methods
+            if c.speculative_algorithm.islower() else
+            f"{c.speculative_algorithm.lower()}-s{c.speculative_num_steps}"
             f"k{c.speculative_eagle_topk}d{c.speculative_num_draft_tokens}")
-    if c.draft_model != default_draft:
+    if c.draft_model and c.draft_model != default_draft:
         name += "-" + re.sub(r"[^A-Za-z0-9_.\-]", "_", c.draft_model.rstrip("/").split("/")[-1]
                              .removeprefix(BUILTIN_PREFIX))
     if c.aux_layer_ids is not None:
@@ -586,15 +572,10 @@ def _auto_name(c: Config, default_draft: str | None) -> str:
             name += f"-{key}{n}"
     if c.extra_flags:
         name += "-f" + hashlib.sha1(json.dumps(c.extra_flags).encode()).hexdigest()[:6]
-    return name
-
-
-def _replace_name(c: Config, name: str) -> Config:
-    from dataclasses import replace
-    return replace(c, name=name)
+    return name + vllm_config.name_suffix(c.speculative_config)
 
 
 def _identity(c: Config) -> tuple:
     return (c.draft_model, c.speculative_algorithm, c.speculative_num_steps,
             c.speculative_eagle_topk, c.speculative_num_draft_tokens, c.tp_size, c.dp_size,
-            c.pp_size, c.aux_layer_ids, c.server_flags)
+            c.pp_size, c.aux_layer_ids, c.server_flags, c.speculative_config)

@@ -6,11 +6,12 @@ cancel are submitit's real ones.
 Slow tier: the same accept lengths as the local executor (greedy), every run naming the job that
 measured it (checked against submitit's own job log and submitted pickle), only the driver
 opening the database, a signal to run-sweep cancelling the array with nothing left running, a
-preempted task (SIGTERM, as Slurm sends) and a lost one (SIGKILL) stored as failed rows with the
-reason and measured again by a re-run, a SIGKILLed driver leaving nothing behind.
+preempted task (SIGTERM, as Slurm sends) or one near its time limit (SIGUSR2, submitit's
+--signal) and a lost one (SIGKILL) stored as failed rows with the reason and measured again by a
+re-run, a SIGKILLed driver leaving nothing behind.
 Default tier: the `[slurm]` table, job ids, GPU picking, and the sbatch script submitit writes for
 the settings (a recording `sbatch` on PATH: the one step that needs a Slurm controller), with
-`scancel` naming exactly the array's tasks.
+`scancel` naming exactly the array's tasks, and a SIGKILLed driver's watchdog scancelling them.
 """
 from __future__ import annotations
 
@@ -185,7 +186,10 @@ def test_signal_cancels_the_array_and_leaves_nothing_running(tmp_path, sig):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_preempted_or_lost_task_is_a_failed_row_and_a_rerun_measures_it(tmp_path):
+@pytest.mark.parametrize("sig,why", [(signal.SIGTERM, "preempted"),
+                                     (signal.SIGUSR2, "before the time limit")],
+                         ids=["preempted", "time-limit"])
+def test_preempted_or_lost_task_is_a_failed_row_and_a_rerun_measures_it(tmp_path, sig, why):
     db, folder, out = tmp_path / "p.duckdb", tmp_path / "submitit", tmp_path / "runs"
     s = sweepfile.load(sweep_file(tmp_path, "slurmfail", n=40))
     box = {}
@@ -198,7 +202,7 @@ def test_preempted_or_lost_task_is_a_failed_row_and_a_rerun_measures_it(tmp_path
     tasks = tasks_by_config(tmp_path)
     assert len(tasks) == 3, tasks
     time.sleep(2)
-    os.kill(tasks["eagle3-s2k1d3"], signal.SIGTERM)   # what Slurm sends a preempted job
+    os.kill(tasks["eagle3-s2k1d3"], sig)    # what Slurm sends a preempted job / near the limit
     os.kill(tasks["eagle3-s3k1d4"], signal.SIGKILL)   # a node lost, an out-of-memory kill
     th.join(timeout=300)
     assert not th.is_alive()
@@ -209,7 +213,8 @@ def test_preempted_or_lost_task_is_a_failed_row_and_a_rerun_measures_it(tmp_path
     assert "failed" in {r["status"] for r in preempted}, preempted
     for r in preempted:
         if r["status"] == "failed":
-            assert "SIGTERM" in r["failure_reason"] and "preempted" in r["failure_reason"], r
+            assert signal.Signals(sig).name in r["failure_reason"] and why in \
+                r["failure_reason"], r
             assert f"local job {r['slurm_job_id']}" in r["failure_reason"]
     for c in (1, 2):
         r = got[("eagle3-s3k1d4", c)]
@@ -444,3 +449,20 @@ def test_sigkilled_driver_scancels_its_arrays(tmp_path, slurm_bin):
     while not (slurm_bin / "scancel").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert (slurm_bin / "scancel").read_text().split() == ["4001"]   # the one array, whole
+
+
+@pytest.mark.parametrize("printed,want", [
+    ("PREEMPTED|0:15|gpu-node-12\n", ("PREEMPTED", "0:15", "gpu-node-12")),
+    ("CANCELLED by 1234|0:0|gpu-node-3\n", ("CANCELLED by 1234", "0:0", "gpu-node-3")),
+    ("NODE_FAIL|1:0|gpu-[1-2]\n", ("NODE_FAIL", "1:0", "gpu-[1-2]")),
+    ("OUT_OF_MEMORY|0:125|n7\n", ("OUT_OF_MEMORY", "0:125", "n7")),
+    ("", (None, None, None)),                        # sacct knows no such job (yet)
+], ids=["preempted", "cancelled", "node-fail", "oom", "unknown"])
+def test_sacct_state_reads_state_exit_code_and_node(tmp_path, slurm_bin, printed, want):
+    (slurm_bin / "sacct.out").write_text(printed)
+    sacct = Path(os.environ["PATH"].split(os.pathsep)[0]) / "sacct"
+    sacct.write_text(f'#!/bin/sh\necho "$@" > "{slurm_bin}/sacct.args"\n'
+                     f'cat "{slurm_bin}/sacct.out"\n')
+    assert slurm_executor.sacct_state("4242_3") == want
+    args = (slurm_bin / "sacct.args").read_text().split()
+    assert args[:2] == ["-j", "4242_3"] and "State,ExitCode,NodeList" in args

@@ -45,7 +45,7 @@ from specwatch.run.measure import ConfigJob, ConfigResult
 from specwatch.run.slurm_settings import SlurmSettings
 
 CANCEL_MARGIN_S = 30.0      # Slurm's default KillWait: SIGTERM -> SIGKILL of a cancelled step
-POLL_S = 2.0                # Slurm: how often the result pickles (a shared filesystem) are looked at
+POLL_S = 2.0                # Slurm: how often result files (on a shared filesystem) are looked at
 SIGNALS = {
     "SIGTERM": "Slurm sent SIGTERM (preempted, or cancelled outside specwatch)",
     "SIGINT": "the task got SIGINT",

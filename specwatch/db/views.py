@@ -38,9 +38,16 @@ from __future__ import annotations
 #                         steps (client side, sweeps only); accept_len above is token-weighted.
 #   group_id            = the repeats a statistic pools: a sweep's (config, concurrency), or an
 #                         ingested log's (run, server config).
-#   vLLM runs: accept_len = Σ(mean acceptance length · drafted) / Σ drafted; accept_rate =
-#                         Σ accepted / Σ drafted; gen_throughput_tok_s = mean non-zero
-#                         `Avg generation throughput`.
+#   vLLM runs: accept_len = 1 + Δaccepted / Δdrafts and accept_rate = Δaccepted / Δdraft tokens
+#                         from the run's own /metrics counter deltas (runs.spec_*, sweeps), else
+#                         from the log's `SpecDecoding metrics:` windows in the run's byte range:
+#                         Σ(mean acceptance length · drafted) / Σ drafted, Σ accepted / Σ drafted
+#                         (the windows are 10 s of wall time, so they straddle runs; the counters
+#                         are exact). gen_throughput_tok_s = mean non-zero `Avg generation throughput`.
+#   One accept length on every engine: tokens committed per verify step, the bonus token
+#                         included = 1 + accepted drafts / verify steps (SGLang's `accept len`, vLLM's
+#                         `Mean acceptance length`). vLLM counts only steps that had a draft (an
+#                         ngram step without a match is no draft), SGLang every decode step.
 #   speedups, baseline matching, repeats, intervals and verdicts: see config_stats below.
 # ---------------------------------------------------------------------------------------------
 # low_accept_len     = speculative run whose accept_len < LOW_ACCEPT_LEN (the draft barely predicts:
@@ -249,7 +256,10 @@ WITH per_rank AS (
      OR CASE WHEN p.config_offset IS NOT NULL THEN sc.source_id IS NOT NULL
              ELSE coalesce(rsim.simulated, false) END) AS simulated,
     p.dp_ranks, coalesce(p.windows, vl.windows, 0) AS windows,
-    coalesce(p.accept_len, vl.accept_len) AS accept_len, vl.accept_rate AS vllm_accept_rate,
+    coalesce(p.accept_len, 1 + r.spec_accepted_tokens / nullif(r.spec_drafts, 0), vl.accept_len)
+      AS accept_len,
+    coalesce(r.spec_accepted_tokens / nullif(r.spec_draft_tokens, 0), vl.accept_rate)
+      AS vllm_accept_rate,
     p.accept_rate_printed, coalesce(p.gen_throughput_tok_s, vt.gen_tok_s) AS gen_throughput_tok_s,
     p.graph_enabled,
     r.output_tok_s, r.request_per_s, r.requests_ok, r.requests_failed,

@@ -114,7 +114,9 @@ def tasks_by_config(tmp_path: Path) -> dict[str, int]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_slurm_sweep_matches_local_and_names_every_job(tmp_path):
-    s = sweepfile.load(sweep_file(tmp_path, "slurmeq"))
+    # gpus_per_node = 1: submitit's local executor hands each task GPU 0 (CUDA_VISIBLE_DEVICES),
+    # which the server gets (it runs on the CPU all the same: --device cpu)
+    s = sweepfile.load(sweep_file(tmp_path, "slurmeq", extra="[slurm]\ngpus_per_node = 1\n"))
     local_db, slurm_db, folder = tmp_path / "local.duckdb", tmp_path / "slurm.duckdb", \
         tmp_path / "submitit"
     sweep.run_sweep(s, str(local_db), str(tmp_path / "local"), progress=quiet())
@@ -140,7 +142,7 @@ def test_slurm_sweep_matches_local_and_names_every_job(tmp_path):
         assert (job, config) == (r["slurm_job_id"], key[0])
         assert r["node_hostname"] == host == socket.gethostname()
         assert r["slurm_array_task_id"] is None          # local mode: a plain job per config
-        assert json.loads(r["gpu_ids"]) == [0]           # tp*pp*dp = 1 GPU per task
+        assert json.loads(r["gpu_ids"]) == [0]           # the task's one GPU id
     assert len({r["slurm_job_id"] for r in got.values()}) == 3
     # decode windows came back with the logs; the stored source names node and job
     srcs = rows(slurm_db, """SELECT r.config_name, s.path FROM runs r JOIN run_sources rs

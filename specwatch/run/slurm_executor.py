@@ -11,8 +11,8 @@ submitit's result pickle in `--slurm-folder`, which must be on a filesystem the 
   default its config's tp*pp*dp (`gpus_needed`); configs that ask for different counts go in
   different arrays. The server gets the first tp*pp*dp ids of the task's CUDA_VISIBLE_DEVICES.
   `cluster = "auto"` uses Slurm when `srun` is on PATH and otherwise runs the same tasks as local
-  processes (submitit's LocalExecutor: no queue, every task at once, GPUs 0..N-1 each), which is
-  what the tests run.
+  processes (submitit's LocalExecutor: no queue, every task at once, GPUs 0..N-1 each, none on a
+  machine without GPUs unless `gpus_per_node` says so), which is what the tests run.
 - Evidence: every run stores `slurm_job_id` (the array's job id), `slurm_array_task_id` (NULL for
   a plain job, and in local mode, where the job id is the task controller's pid) and the node
   (`node_hostname`). The log is stored as `<out>/<sweep>/<config>/<node>-<job>-<log>`.
@@ -91,6 +91,14 @@ def _task(job: ConfigJob, need: int) -> tuple[ConfigResult, str | None]:
 
 # ------------------------------------------------------------------------------- in the driver
 
+def machine_gpus() -> int:
+    """NVIDIA GPUs on this machine (what Ray's autodetection reads on Linux)."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
 def split_job_id(job_id: str) -> tuple[str, int | None]:
     """submitit's job id -> (Slurm job id, array task id): "123_4" -> ("123", 4); "123" (a plain
     job, or a local task's pid) -> ("123", None)."""
@@ -132,13 +140,21 @@ class SlurmBackend:
                                    "no srun on PATH; run run-sweep on a Slurm login node")
         self.local = cluster == "local"
         self.cluster = cluster
+        # local mode on a machine without GPUs: ask for none, as Ray does on a CPU-only cluster
+        # (submitit's local executor would hand out GPU ids that are not there)
+        self.no_gpus = self.local and settings.gpus_per_node is None and not machine_gpus()
+        if self.no_gpus:
+            progress.note("slurm", "local mode on a machine without NVIDIA GPUs: the tasks ask "
+                          "for none ([slurm] gpus_per_node overrides)")
         self.cancel_grace_s = sweep.stop_grace_s + CANCEL_MARGIN_S
         self.guards: list[procs.Guard] = []
         self.polled = 0.0
 
     def gpus_per_task(self, job: ConfigJob) -> int:
         g = self.settings.gpus_per_node
-        return launch.gpus_needed(job.config) if g is None else g
+        if g is None:
+            return 0 if self.no_gpus else launch.gpus_needed(job.config)
+        return g
 
     def _executor(self, gpus: int):
         s = self.settings

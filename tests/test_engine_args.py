@@ -175,3 +175,72 @@ def test_server_args_repr_is_the_sglang_dataclass_line(dirs):
                  "speculative_num_steps=3", "speculative_eagle_topk=1",
                  "speculative_num_draft_tokens=4", "max_running_requests=48"):
         assert part in line
+
+
+# ----------------------------------------------------------------------------- adaptive (SGLang 0.5.23)
+
+def _adaptive(dirs, tmp_path, cfg, *extra):
+    argv = ["--model-path", dirs["llama"], "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", dirs["draft"], "--speculative-adaptive"]
+    if cfg is not None:
+        path = tmp_path / "adaptive.json"
+        path.write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+        argv += ["--speculative-adaptive-config", str(path)]
+    return parse_args(argv + list(extra))
+
+
+@pytest.mark.parametrize("cfg,extra,expect", [
+    # the middle of the union of candidate steps; topk 1; draft tokens = steps + 1
+    ({"1": {"candidate_steps": [3]}, "8": {"candidate_steps": [0, 1]}}, [], ("EAGLE3", 1, 1, 2)),
+    ({"1": {"candidate_steps": [5]}, "4": {"candidate_steps": [2]}}, [], ("EAGLE3", 5, 1, 6)),
+    # SGLang's DEFAULT_ADAPTIVE_CONFIG: candidates 0, 1, 3, 5, 7 -> 3
+    (None, [], ("EAGLE3", 3, 1, 4)),
+    # given steps (a candidate) win; a given draft-token count is overridden without a warning
+    ({"1": {"candidate_steps": [2, 4]}}, ["--speculative-num-steps", "2",
+                                          "--speculative-num-draft-tokens", "9"], ("EAGLE3", 2, 1, 3)),
+    # initial steps 0 (a candidate): the server still runs the largest candidate when a slot says so
+    ({"1": {"candidate_steps": [3]}, "2": {"candidate_steps": [0]}},
+     ["--speculative-num-steps", "0"], ("EAGLE3", 0, 1, 1)),
+], ids=["middle", "two-slots", "default-config", "given-steps", "initial-zero"])
+def test_adaptive_resolves_as_sglang(dirs, tmp_path, cfg, extra, expect):
+    p = _adaptive(dirs, tmp_path, cfg, *extra)
+    assert p.server_args.speculative_adaptive is True
+    assert spec_of(p) == expect
+    assert not any("adjusted" in w or "Ignoring" in w for w in p.warnings), p.warnings
+
+
+@pytest.mark.parametrize("extra,reason", [
+    (["--speculative-eagle-topk", "2", "--speculative-num-steps", "3",
+      "--speculative-num-draft-tokens", "4"], "speculative_eagle_topk=2 (only topk=1 is supported)"),
+    (["--enable-dp-attention", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"],
+     "attention DP is not supported"),
+], ids=["topk-2", "dp-attention"])
+def test_adaptive_falls_back_to_static_with_sglangs_warning(dirs, tmp_path, extra, reason):
+    p = _adaptive(dirs, tmp_path, {"1": {"candidate_steps": [3]}}, *extra)
+    assert p.server_args.speculative_adaptive is False
+    assert any(w.startswith("speculative_adaptive disabled: " + reason)
+               and w.endswith("Falling back to static speculative params.") for w in p.warnings)
+
+
+@pytest.mark.parametrize("cfg,message", [
+    ({"1": {"candidate_steps": [2, 4]}}, r"--speculative-num-steps=3 is not in the adaptive config "
+                                        r"candidate_steps \[2, 4\]"),
+    ({"1": {"candidate_steps": []}}, "BS 1: candidate_steps must be a list of non-negative ints"),
+    ({"1": {"candidate_steps": [1, -2]}}, "BS 1: candidate_steps must be a list"),
+    ({"ema_alpha": 0.3}, "at least one integer-string BS key"),
+    ("{not json", "not JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ({"1": {"candidate_steps": [0]}, "4": {"candidate_steps": [0]}}, "every candidate step is 0"),
+], ids=["steps-not-candidate", "empty-candidates", "negative", "no-bs-key", "not-json",
+        "not-object", "all-zero"])
+def test_adaptive_config_errors_name_the_file_and_the_fix(dirs, tmp_path, cfg, message):
+    extra = ["--speculative-num-steps", "3"] if "steps-not" in message or "num-steps=3" in message else []
+    with pytest.raises(ArgsError, match=message):
+        _adaptive(dirs, tmp_path, cfg, *extra)
+
+
+def test_adaptive_config_file_missing_is_an_error(dirs, tmp_path):
+    with pytest.raises(ArgsError, match=r"adaptive-config .*nope\.json: cannot read it"):
+        parse_args(["--model-path", dirs["llama"], "--speculative-algorithm", "EAGLE3",
+                    "--speculative-draft-model-path", dirs["draft"], "--speculative-adaptive",
+                    "--speculative-adaptive-config", str(tmp_path / "nope.json")])

@@ -178,6 +178,73 @@ def test_sample_tree_preserves_target_distribution():
     assert 0.5 * (second_after_2 / second_after_2.sum() - probs[1]).abs().sum() < 0.03
 
 
+# Per-step depth (SGLang's adaptive schedule, engine/adaptive.py): the depth a step runs is
+# chosen per step, so every class of change must keep greedy output identical: downshifts,
+# upshifts, steps 0 (no drafting) in runs and alone, with the draft extend kept or skipped.
+SCHEDULES = {
+    "down-up": [4, 2, 1, 3, 4, 1],
+    "zero-runs": [0, 0, 0, 4, 4, 0, 2],
+    "zero-alternating": [0, 3, 0, 1],
+    "always-zero": [0],
+}
+_SLOW_SCHEDULES = {"zero-alternating", "always-zero"}   # one token per step: 10-15 s loaded
+
+
+@pytest.mark.parametrize("cold", [False, True], ids=["warm", "cold-extend-skipped"])
+@pytest.mark.parametrize("schedule", [
+    pytest.param(k, marks=pytest.mark.slow) if k in _SLOW_SCHEDULES else k for k in SCHEDULES],
+    ids=list(SCHEDULES))
+def test_greedy_schedule_equals_plain(prompts, plain_outputs, schedule, cold):
+    dec = SpecDecoder(TARGET, DRAFT, num_steps=4, topk=1)
+    dec.skip_zero_step_extend = cold
+    steps = SCHEDULES[schedule]
+    lens = [30, 12, 21, 17]            # requests leave the batch at different steps
+    reqs = [Request(f"q{i}", list(prompts[i]), n) for i, n in enumerate(lens)]
+    dec.prefill(reqs)
+    i = 0
+    while not all(r.finished for r in reqs):
+        s = dec.decode_step(reqs, num_steps=steps[i % len(steps)])
+        assert s.num_proposed_drafts == s.batch_size * steps[i % len(steps)]
+        i += 1
+    for r in reqs:
+        dec.release(r)
+    assert [r.output_ids for r in reqs] == [o[:n] for o, n in zip(plain_outputs, lens)]
+    for r in reqs:
+        assert sum(r.spec_accept_histogram) == r.spec_verify_ct
+    if schedule == "always-zero":   # nothing drafted, every verify accepts the root only
+        assert all(r.spec_accepted_drafts == 0 for r in reqs)
+
+
+def test_cold_draft_after_steps_zero_accepts_less(prompts):
+    """SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND's documented cost: after a steps-0 interval without
+    the draft extend, the next drafted steps start from a zeroed draft state and stale draft KV."""
+    def accepted_after_upshift(cold):
+        dec = SpecDecoder(TARGET, DRAFT, num_steps=3, topk=1)
+        dec.skip_zero_step_extend = cold
+        reqs = [Request(f"c{i}", list(prompts[i]), 60) for i in range(2)]
+        dec.prefill(reqs)
+        got = []
+        for i in range(12):
+            before = sum(r.spec_accepted_drafts for r in reqs)
+            dec.decode_step(reqs, num_steps=0 if i % 4 < 3 else 3)   # 3 off, then 1 on
+            if i % 4 == 3:
+                got.append(sum(r.spec_accepted_drafts for r in reqs) - before)
+        return sum(got)
+    assert accepted_after_upshift(cold=True) < accepted_after_upshift(cold=False)
+
+
+def test_step_depth_outside_the_decoder_is_refused(prompts):
+    tree = SpecDecoder(TARGET, DRAFT, num_steps=3, topk=2, num_draft_tokens=6)
+    chain = SpecDecoder(TARGET, DRAFT, num_steps=3, topk=1)
+    reqs = [Request("d", list(prompts[0]), 8)]
+    for dec, steps in ((tree, 2), (chain, 4), (chain, -1)):
+        dec.prefill(reqs)
+        with pytest.raises(ValueError, match="largest steps of the schedule"):
+            dec.decode_step(reqs, num_steps=steps)
+        dec.release(reqs[0])
+        reqs = [Request("d", list(prompts[0]), 8)]
+
+
 def test_bad_spec_config_errors_say_what_to_do():
     with pytest.raises(ValueError, match="speculative_num_draft_tokens=9 must be in"):
         SpecDecoder(TARGET, DRAFT, num_steps=3, topk=1, num_draft_tokens=9)

@@ -419,6 +419,41 @@ def test_log_has_zero_rejected_lines_for_specwatch_parser(server, tmp_path):
     assert json.loads(q.stdout)[0]["n"] == 0
 
 
+@pytest.mark.slow  # a second server: ~15 s on a loaded 2-core box
+def test_adaptive_schedule_picks_depth_by_batch_size_and_keeps_greedy_output(tmp_path, greedy):
+    """--speculative-adaptive with a fixed schedule (one candidate per slot, what `specwatch
+    recommend` writes): 3 steps alone, none from 3 requests up; outputs stay greedy."""
+    cfg = tmp_path / "schedule.json"
+    cfg.write_text(json.dumps({"1": {"candidate_steps": [3]}, "3": {"candidate_steps": [0]}}))
+    s = Server(tmp_path, ["--model-path", TARGET, "--speculative-algorithm", "EAGLE3",
+                          "--speculative-draft-model-path", DRAFT, "--speculative-adaptive",
+                          "--speculative-adaptive-config", str(cfg), "--decode-log-interval", "1"])
+    try:
+        alone = s.json("POST", "/generate", gen("The file", 24))
+        prompts = [("import sys", 20), ("class A:", 20), ("return the", 20), ("For example", 20)]
+        results: dict[int, dict] = {}
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(
+            i, s.json("POST", "/generate", gen(*prompts[i])))) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        assert s.stop() == 0
+    assert alone["output_ids"] == greedy("The file", 24)
+    assert alone["meta_info"]["spec_verify_ct"] < 23     # drafted: fewer verifies than tokens
+    for i, (p, n) in enumerate(prompts):
+        assert results[i]["output_ids"] == greedy(p, n), p
+    log = s.log()
+    assert "AdaptiveSpeculativeParams initialized: steps=3, candidate_steps=[3]" in log
+    assert "speculative_adaptive': True" in log
+    lines = _decode_lines(log)                            # one line per step (interval 1)
+    big = [w for w in lines if int(w["#running-req"]) >= 3]
+    small = [w for w in lines if int(w["#running-req"]) == 1]
+    assert big and all(w["accept len"] == "1.00" for w in big), big   # steps 0: root only
+    assert any(float(w["accept len"]) > 1 for w in small), small
+
+
 def test_dp2_tp2_lines_are_rank_tagged_and_sigterm_exits_zero(tmp_path):
     s = Server(tmp_path, ["--model-path", TARGET, "--dp-size", "2", "--tp-size", "2",
                           "--decode-log-interval", "2"], env={"SGLANG_LOG_MS": "1"})

@@ -104,6 +104,8 @@ class ServerArgs:
     speculative_accept_threshold_acc: float = 1.0
     speculative_token_map: str | None = None
     speculative_attention_mode: str = "prefill"
+    speculative_adaptive: bool = False
+    speculative_adaptive_config: str | None = None
     # Expert parallelism
     ep_size: int = 1
     # Optimization/debug options
@@ -139,7 +141,8 @@ HONOURED = {
     "decode_log_interval", "api_key", "served_model_name", "dp_size", "load_balance_method",
     "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
     "speculative_eagle_topk", "speculative_num_draft_tokens", "disable_overlap_schedule",
-    "cuda_graph_max_bs_decode", "disable_cuda_graph",
+    "cuda_graph_max_bs_decode", "disable_cuda_graph", "speculative_adaptive",
+    "speculative_adaptive_config",
 }
 
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3")
@@ -167,6 +170,10 @@ HTTP API and log format, on CPU or a CUDA GPU. Flags it acts on:
   --speculative-num-steps N          omit all three to get SGLang's auto choice
   --speculative-eagle-topk K
   --speculative-num-draft-tokens D   topk=1 forces D=N+1; D > N*K+1 is an error
+  --speculative-adaptive             speculation depth per decode step from the running batch
+                                     size, as SGLang 0.5.23 (topk 1 only; steps 0 = off)
+  --speculative-adaptive-config FILE SGLang's adaptive JSON: {"1": {"candidate_steps": [3]},
+                                     "8": {"candidate_steps": [0]}} (batch-size lower bounds)
   --tp-size N                        one process computes; sets the TP tag of the log lines
   --dp-size N                        N scheduler threads, requests dispatched round-robin
   --host HOST --port PORT            HTTP server (default 127.0.0.1:30000)
@@ -438,6 +445,8 @@ def _resolve_speculative(a: ServerArgs, target_config: dict[str, Any], warnings:
             "this by explicitly setting --max-running-requests."
         )
 
+    if a.speculative_adaptive:
+        _resolve_adaptive(a, warnings)
     if a.speculative_num_steps is None:
         if a.speculative_eagle_topk is not None or a.speculative_num_draft_tokens is not None:
             raise ArgsError(
@@ -455,7 +464,7 @@ def _resolve_speculative(a: ServerArgs, target_config: dict[str, Any], warnings:
             "(and --speculative-num-draft-tokens unless topk is 1)"
         )
     steps, topk = a.speculative_num_steps, a.speculative_eagle_topk
-    if steps < 1:
+    if steps < (0 if a.speculative_adaptive else 1):
         raise ArgsError(f"--speculative-num-steps {steps}: must be >= 1")
     if topk < 1:
         raise ArgsError(f"--speculative-eagle-topk {topk}: must be >= 1")
@@ -472,10 +481,47 @@ def _resolve_speculative(a: ServerArgs, target_config: dict[str, Any], warnings:
             f"--speculative-eagle-topk {topk} > 1 needs --speculative-num-draft-tokens "
             f"(at most steps*topk+1 = {steps * topk + 1})"
         )
-    if draft < 2:
+    if draft < (1 if a.speculative_adaptive else 2):
         raise ArgsError(f"--speculative-num-draft-tokens {draft}: must be >= 2")
     if draft > steps * topk + 1:
         raise ArgsError(
             f"--speculative-num-draft-tokens {draft} exceeds steps*topk+1 = {steps * topk + 1} "
             f"(steps={steps}, topk={topk}); lower it or raise --speculative-eagle-topk"
         )
+
+
+def _resolve_adaptive(a: ServerArgs, warnings: list[str]) -> None:
+    """SGLang 0.5.23 `_maybe_disable_adaptive` + `_init_adaptive_speculative_params`
+    (arg_groups/speculative_hook.py, adaptive_spec_params.adaptive_unsupported_reason): adaptive
+    is turned off, with SGLang's warning, for topk != 1 or attention DP; else the config's
+    candidate steps give topk 1, the initial steps (the middle candidate when not given, which
+    must be a candidate) and draft tokens = steps + 1. Runs before the auto choice, as in SGLang."""
+    from specwatch.engine import adaptive
+
+    reason = None
+    if a.speculative_eagle_topk is not None and a.speculative_eagle_topk != 1:
+        reason = f"speculative_eagle_topk={a.speculative_eagle_topk} (only topk=1 is supported)"
+    elif a.enable_dp_attention:
+        reason = ("attention DP is not supported (adaptive tier decisions are not synchronized "
+                  "across DP ranks)")
+    if reason is not None:
+        warnings.append(f"speculative_adaptive disabled: {reason}. "
+                        "Falling back to static speculative params.")
+        a.speculative_adaptive = False
+        return
+    try:
+        steps = adaptive.candidate_steps(a.speculative_adaptive_config)
+    except adaptive.AdaptiveConfigError as e:
+        raise ArgsError(str(e)) from None
+    if max(steps) < 1:
+        raise ArgsError(f"--speculative-adaptive-config {a.speculative_adaptive_config}: every "
+                        "candidate step is 0, so speculation would never run; give a slot a "
+                        "positive step, or drop --speculative-algorithm for plain decoding")
+    if a.speculative_eagle_topk is None:
+        a.speculative_eagle_topk = 1
+    if a.speculative_num_steps is None:
+        a.speculative_num_steps = steps[len(steps) // 2]
+    if a.speculative_num_steps not in steps:
+        raise ArgsError(f"--speculative-num-steps={a.speculative_num_steps} is not in the adaptive "
+                        f"config candidate_steps {steps}. Pass one of those values.")
+    a.speculative_num_draft_tokens = a.speculative_num_steps + 1

@@ -188,6 +188,7 @@ class SpecDecoder:
                 raise ValueError(f"aux_layer_ids {list(ids)}: the EAGLE-3 draft needs exactly 3 ids")
             self.hot = self.draft.hot_token_id
         self.zero_aux = False  # debug: feed the draft zeros instead of aux states (no-information floor)
+        self.skip_zero_step_extend = False  # steps 0 leaves the draft cold (see _zero_step)
         self.seed = seed
         slots = DEFAULT_NUM_SLOTS if max_total_tokens is None else max(1, int(max_total_tokens) // self.context_len)
         self.max_total_num_tokens = slots * self.context_len
@@ -388,20 +389,31 @@ class SpecDecoder:
     # ------------------------------------------------------------------ decode
 
     @torch.inference_mode()
-    def decode_step(self, reqs: list[Request]) -> StepStats:
-        """One iteration over `reqs` (running, unfinished): draft + verify, or one plain step."""
+    def decode_step(self, reqs: list[Request], num_steps: int | None = None) -> StepStats:
+        """One iteration over `reqs` (running, unfinished): draft + verify, or one plain step.
+
+        num_steps: this step's speculation depth (SGLang's adaptive mode, adaptive.py), 0..S of
+        the decoder, chains only (topk 1, draft tokens = steps + 1); 0 = no drafting: a one-node
+        verify, then the draft extend (skipped with `skip_zero_step_extend`). None = S."""
         unknown = [r.rid for r in reqs if r.rid not in self._seqs and not r.finished]
         if unknown:
             raise KeyError(f"decode_step: requests {unknown} were never prefilled or were released")
+        S = self.num_steps if num_steps is None or self.draft is None else int(num_steps)
+        if S != self.num_steps and not (0 <= S <= self.num_steps and self.topk == 1):
+            raise ValueError(f"decode_step: num_steps={S}: a step runs 0..{self.num_steps} draft "
+                             f"steps of a chain (topk 1, this decoder: topk {self.topk}); build "
+                             f"the decoder with the largest steps of the schedule")
         reqs = sorted((r for r in reqs if not r.finished), key=lambda r: self._seqs[r.rid].slot)
         if not reqs:
             return StepStats(0, 0, 0, 0)
         seqs = [self._seqs[r.rid] for r in reqs]
-        if self.graphs is not None and self.graphs.fits(reqs, seqs):
-            return self._graph_step(reqs, seqs)
+        if S == self.num_steps and self.graphs is not None and self.graphs.fits(reqs, seqs):
+            return self._graph_step(reqs, seqs)  # graphs are captured at the decoder's own S
         if self.draft is None:
             return self._plain_step(reqs, seqs)
-        return self._spec_step(reqs, seqs)
+        if S == 0:
+            return self._zero_step(reqs, seqs)
+        return self._spec_step(reqs, seqs, S, S + 1 if S != self.num_steps else self.num_draft_tokens)
 
     def _graph_step(self, reqs, seqs) -> StepStats:
         """One greedy step through graph_step (a CUDA-graph replay, or its body run eagerly)."""
@@ -453,12 +465,15 @@ class SpecDecoder:
         return StepStats(B, 0, B, 0)
 
     def _draft_tree(self, topk_p, topk_index, hidden, seq_lens, kv_len, slots_t, slot_range=None,
-                    static=False):
-        """S draft steps (select -> draft forward -> top-k) and `organize`, as in SGLang.
+                    static=False, S=None, N=None):
+        """S draft steps (select -> draft forward -> top-k) and `organize` to N tokens, as in
+        SGLang (S, N: the decoder's own unless given).
 
         kv_len: the longest prefix in the batch (eager: the cache read grows by K per step) or,
         with `static`, the fixed cache length every step reads (a CUDA graph's shapes)."""
-        K, S, B = self.topk, self.num_steps, seq_lens.shape[0]
+        K, B = self.topk, seq_lens.shape[0]
+        S = self.num_steps if S is None else S
+        N = self.num_draft_tokens if N is None else N
         dev, d = seq_lens.device, self.draft.cfg.hidden_size
         score_list, token_list, parents_list = [], [], []
         scores = None
@@ -485,16 +500,48 @@ class SpecDecoder:
                                    (seq_lens + i)[:, None].expand(B, K), kv)
             topk_p, topk_index = ops.draft_topk(logits.view(B * K, -1), K, self.hot)
             hidden = h.reshape(B * K, d)
-        return ops.organize(score_list, token_list, parents_list, self.num_draft_tokens)
+        return ops.organize(score_list, token_list, parents_list, N)
 
-    def _spec_step(self, reqs, seqs) -> StepStats:
-        K, S, N, B = self.topk, self.num_steps, self.num_draft_tokens, len(seqs)
+    def _zero_step(self, reqs, seqs) -> StepStats:
+        """Steps 0 (SGLang's `_build_trivial_verify_input`): verify the root alone, i.e. a plain
+        target step that captures the aux states, then the draft extend over the one emitted
+        token so the draft state stays warm; with `skip_zero_step_extend`
+        (SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND) the extend is skipped and the draft state
+        zeroed, as SGLang's `_stub_skipped_draft_extend` does: the next positive step drafts cold."""
+        B, dev = len(seqs), self.device
+        lens, slots = [s.seq_len for s in seqs], [s.slot for s in seqs]
+        meta = self._dev([lens, slots, [s.last_token for s in seqs]])  # one host->device copy
+        seq_lens, slots_t, max_len = meta[0], meta[1], max(lens)
+        rng = (slots[0], slots[0] + B) if slots == list(range(slots[0], slots[0] + B)) else None
+        kv = self._view(self._tk, self._tv, slots, slots_t, seq_lens, torch.arange(1, device=dev),
+                        max_len + 1, torch.ones(1, 1, 1, dtype=torch.bool, device=dev))
+        logits, aux = self.target(meta[2][:, None], seq_lens[:, None], kv, capture=self.capture)
+        greedy = self._to_host(torch.argmax(logits[:, 0], dim=-1))[0].tolist()
+        emitted = [[greedy[b] if r.temperature <= 0 else self._pick(logits[b, 0], r, seqs[b].gen)]
+                   for b, r in enumerate(reqs)]
+        paths = [[0] for _ in seqs]
+        if self.skip_zero_step_extend:
+            d = self.draft.cfg.hidden_size
+            self._set_state(seqs, slots_t, torch.zeros(B, self.topk, device=dev),
+                            torch.zeros(B, self.topk, dtype=torch.long, device=dev),
+                            torch.zeros(B, d, device=dev))
+        else:
+            self._extend(seqs, slots, slots_t, seq_lens, max_len, paths, emitted, aux, rng)
+        stats = StepStats(B, 0, 0, 0)
+        for req, seq, toks in zip(reqs, seqs, emitted):
+            self._account(req, seq, 1, toks, stats)
+        return stats
+
+    def _spec_step(self, reqs, seqs, S=None, N=None) -> StepStats:
+        K, B = self.topk, len(seqs)
+        S = self.num_steps if S is None else S
+        N = self.num_draft_tokens if N is None else N
         lens, slots = [s.seq_len for s in seqs], [s.slot for s in seqs]
         meta = self._dev([lens, slots, [s.last_token for s in seqs]])  # one host->device copy
         seq_lens, slots_t, max_len = meta[0], meta[1], max(lens)
         rng = (slots[0], slots[0] + B) if slots == list(range(slots[0], slots[0] + B)) else None
         parent_list, top_idx, draft_tokens = self._draft_tree(*self._get_state(seqs, slots_t), seq_lens, max_len,
-                                                              slots_t, rng)
+                                                              slots_t, rng, S=S, N=N)
         if self._on_cuda:  # built on the device: the verify result is the step's only read-back
             tree = ops.build_tree_device(meta[2], parent_list, top_idx, draft_tokens, seq_lens, K, S, N)
         else:

@@ -94,6 +94,7 @@ class Scheduler(threading.Thread):
         self.loaded = threading.Event()
         self.load_error: BaseException | None = None
         self.decoder: Any = None
+        self.adaptive: Any = None  # adaptive.AdaptiveParams with --speculative-adaptive
         self.max_total_num_tokens = 0
         self.max_running_requests = 0
         self.tokens_in_use = 0  # refreshed by the scheduler thread after every batch
@@ -165,7 +166,7 @@ class Scheduler(threading.Thread):
         self._abort_all("server is shutting down")
 
     def _load(self) -> None:
-        from specwatch.engine import decode  # torch: imported in the scheduler thread, lazily
+        from specwatch.engine import adaptive, decode  # torch: imported in the thread, lazily
 
         self.decode_mod = decode
         a = self.args
@@ -177,11 +178,20 @@ class Scheduler(threading.Thread):
                                       cuda_graph=not a.disable_cuda_graph, cuda_graph_max_bs=a.cuda_graph_max_bs)
         if a.random_seed is not None:
             kwargs["seed"] = a.random_seed
+        steps, draft_tokens = a.speculative_num_steps, a.speculative_num_draft_tokens
+        if spec and a.speculative_adaptive:
+            # SGLang sizes its states by every candidate: the decoder runs 0..max steps per step
+            self.adaptive = adaptive.AdaptiveParams(
+                a.speculative_num_steps, a.speculative_adaptive_config,
+                log=self.log.info if not self.dp_rank else (lambda msg: None))  # rank 0 logs
+            steps = max(self.adaptive.candidate_steps)
+            draft_tokens = steps + 1
         if spec:
             self.decoder = decode.SpecDecoder(
-                a.model_path, a.speculative_draft_model_path, num_steps=a.speculative_num_steps,
-                topk=a.speculative_eagle_topk, num_draft_tokens=a.speculative_num_draft_tokens,
+                a.model_path, a.speculative_draft_model_path, num_steps=steps,
+                topk=a.speculative_eagle_topk, num_draft_tokens=draft_tokens,
                 **kwargs)
+            self.decoder.skip_zero_step_extend = _env_true("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND")
         else:
             self.decoder = decode.SpecDecoder(a.model_path, None, **kwargs)
         elapsed = time.perf_counter() - tic
@@ -208,6 +218,8 @@ class Scheduler(threading.Thread):
             free1 = torch.cuda.mem_get_info(self.decoder.device)[0] / 2**30
             self.log.info(f"Capture cuda graph end. Time elapsed: {time.perf_counter() - tic:.2f} s. "
                           f"mem usage={max(free0 - free1, 0.0):.2f} GB. avail mem={free1:.2f} GB.")
+        if self.adaptive is not None and self.decoder.graphs is not None and self.decoder.graphs.capture:
+            self.adaptive.set_cuda_graph_bs(self.decoder.graphs.buckets)  # routing pads as SGLang's
         self.max_total_num_tokens = int(self.decoder.max_total_num_tokens)
         # The decoder keeps one full-context KV slot per running request.
         slots = max(1, self.max_total_num_tokens // int(getattr(self.decoder, "context_len", 1) or 1))
@@ -302,7 +314,14 @@ class Scheduler(threading.Thread):
 
     def _decode(self) -> None:
         batch = list(self.running)
-        stats = self.decoder.decode_step([r.dreq for r in batch])
+        if self.adaptive is None:
+            stats = self.decoder.decode_step([r.dreq for r in batch])
+        else:  # SGLang: steps from the batch size's slot, then its EMA sees this verify
+            before = [r.dreq.spec_accepted_drafts for r in batch]
+            stats = self.decoder.decode_step([r.dreq for r in batch],
+                                             num_steps=self.adaptive.steps_for_batch(len(batch)))
+            self.adaptive.on_verify_complete(
+                [r.dreq.spec_accepted_drafts - b for r, b in zip(batch, before)], len(batch))
         for r in batch:
             if self._emit(r):
                 self.running.remove(r)
@@ -400,6 +419,20 @@ class Scheduler(threading.Thread):
         self.running, self.waiting = [], []
         for r in pending:
             r.out.put(ErrorEvent(r.index, message))
+
+
+def _env_true(name: str) -> bool:
+    """SGLang 0.5.23's EnvBool (srt/environ.py; default False): true/1/yes/y, any case; another
+    value warns and counts as the default, as there."""
+    value = os.environ.get(name)
+    if value is None or value.lower() in ("false", "0", "no", "n"):
+        return False
+    if value.lower() in ("true", "1", "yes", "y"):
+        return True
+    import warnings
+    warnings.warn(f'Invalid value for {name}: "{value.lower()}" is not a valid boolean value, '
+                  'using default "False"')
+    return False
 
 
 def _avail_mem_gb() -> float:

@@ -422,6 +422,104 @@ def doctor(db, run, fmt):
 
 
 @cli.command()
+@db_option
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "builtin"]), default=None,
+              help="The engine to write the schedule for (default: the sweep's; with --verify "
+                   "always the sweep file's engine).")
+@click.option("--sweep", "sweep_name", default=None,
+              help="The stored sweep to read (default: the newest that is not a -verify sweep).")
+@click.option("--slo", multiple=True, metavar="METRIC=MS",
+              help="Leave out configs over a latency limit at a load: ttft_ms_p50, ttft_ms_p99, "
+                   "itl_ms_p50 or itl_ms_p99 (mean over repeats), e.g. --slo itl_ms_p99=50.")
+@click.option("--max-batch-size", default=256, show_default=True, type=click.IntRange(min=1),
+              help="vLLM: the end of the last range (vLLM carries the last k on to max_num_seqs).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--verify", "verify_file", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Measure the schedule as one more config at every load of this sweep file, "
+                   "against the best single config there (a <name>-verify sweep).")
+@click.option("--out-dir", default="runs", show_default=True, type=click.Path(file_okay=False),
+              help="With --verify: where server logs, Parquet files and the schedule file go.")
+def recommend(db, engine, sweep_name, slo, max_batch_size, fmt, verify_file, out_dir):
+    """The per-batch-size speculation schedule to deploy, from a sweep's stored runs: per load
+    (batch-size band) the best config whose advantage over the others is significant, else the
+    simpler one within noise (with the ratio that did not exclude 1), the expected gain with its
+    95% interval and the runs behind it; then the engine's own format (vLLM's
+    num_speculative_tokens_per_batch_size triples, SGLang's / the built-in engine's
+    --speculative-adaptive-config JSON and flags) and its limits. The JSON document is described
+    in the README ("Choosing a schedule").
+
+    Example: specwatch recommend --db runs.duckdb --engine vllm --format json
+    """
+    from specwatch.db import query, schema
+    from specwatch.diagnose import recommend as rec
+
+    try:
+        slo_limits = rec.parse_slo(slo)
+        _upgrade_views(db, schema, query)
+        if verify_file:
+            _recommend_verify(db, engine, slo_limits, max_batch_size, fmt, verify_file, out_dir)
+        result = rec.recommend(db, engine or _stored_engine(db, sweep_name, query, rec),
+                               sweep=sweep_name, slo=slo_limits, max_batch_size=max_batch_size)
+    except (rec.RecommendError, query.QueryError, store.StoreError) as exc:
+        raise click.ClickException(str(exc))
+    if fmt == "json":
+        click.echo(json.dumps(result.payload(), indent=1, default=str))
+    else:
+        click.echo(rec.render_text(result), nl=False)
+
+
+def _recommend_verify(db, engine, slo_limits, max_batch_size, fmt, verify_file, out_dir):
+    """`recommend --verify`: exit 0 when the schedule is at least as good at every load (or
+    undecided, or there is nothing to verify), 1 when it is worse somewhere, 130 when stopped."""
+    from specwatch.diagnose import recommend as rec
+    from specwatch.run import schedule_verify as sv, sweepfile
+
+    try:
+        sweep_engine = sweepfile.load(verify_file).engine
+    except sweepfile.SweepFileError as exc:
+        raise click.ClickException(str(exc))
+    if engine is not None and engine != sweep_engine:
+        raise click.ClickException(f"--engine {engine}: --verify launches {verify_file}'s engine "
+                                   f"({sweep_engine}); drop --engine or verify a sweep file of "
+                                   f"{engine}")
+    try:
+        report = sv.verify(verify_file, db, out_dir, slo=slo_limits, max_batch_size=max_batch_size)
+    except sv.VerifyError as exc:
+        raise click.ClickException(str(exc))
+    if fmt == "json":
+        click.echo(json.dumps(report.payload(), indent=1, default=str))
+    else:
+        r = report.recommendation
+        click.echo(rec.render_text(rec.Recommendation(**{**r, "bands": [
+            rec.Band(**b) for b in r["bands"]]})), nl=False)
+        click.echo(sv.render_text(report), nl=False)
+    sys.exit(130 if report.interrupted else 1 if report.at_least_as_good is False else 0)
+
+
+def _upgrade_views(db, schema, query) -> None:
+    """A database written by an older specwatch lacks newer views (config_pairs): one writer
+    burst brings the schema up to date, as the next ingest would."""
+    import pathlib
+
+    if not pathlib.Path(db).exists():
+        return
+    got = query.run_sql(db, "SELECT max(schema_version) AS v FROM specwatch_meta").rows[0][0]
+    if got is not None and got < schema.SCHEMA_VERSION:
+        with store.writer(db):
+            pass
+
+
+def _stored_engine(db, sweep_name, query, rec) -> str:
+    name = rec.pick_sweep(db, sweep_name)
+    rows = query.run_sql(db, "SELECT DISTINCT engine FROM runs WHERE sweep_name = ? AND engine "
+                             "IS NOT NULL", [name]).rows
+    if len(rows) != 1:
+        raise click.ClickException(f"sweep {name!r} ran on {len(rows)} engines; pass --engine")
+    return rows[0][0]
+
+
+@cli.command()
 @click.option("--dump", "dump_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Per-layer hidden states of the target (safetensors or torch file).")
 @click.option("--capture", "capture_path", required=True, type=click.Path(exists=True, dir_okay=False),

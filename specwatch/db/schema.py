@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 21   # 21: runs.spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos and run_metrics reading them (vLLM /metrics deltas, issue 29); 20: capture-prefix columns on line rows, decode/prefill mamba columns, vLLM kv_cache_device, server_configs aux_layer_ids (issue 28); 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+SCHEMA_VERSION = 22   # 22: view config_pairs (pairwise ratios, issue 31); 21: runs.spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos and run_metrics reading them (vLLM /metrics deltas, issue 29); 20: capture-prefix columns on line rows, decode/prefill mamba columns, vLLM kv_cache_device, server_configs aux_layer_ids (issue 28); 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
 
 
 def _t(sql: str):

@@ -405,3 +405,67 @@ SELECT group_id, avg(1000.0 / nullif(tpot_ms_p50, 0)) FILTER (WHERE {OK}) AS per
   avg(tpot_ms_p50) FILTER (WHERE {OK}) AS tpot_ms_p50_mean
 FROM run_metrics GROUP BY group_id
 """)
+
+# config_pairs (one row per ordered pair of configs measured at one load of one sweep; issue 31):
+#   how much faster config A (group_id) ran than config B (other_group_id), the comparison
+#   `specwatch recommend` picks a schedule by. Same sweep, concurrency and `simulated`;
+#   x_i, y_i = the repeats' client tok/s of A and B (ok runs).
+#   ratio            = exp(mean ln x_i − mean ln y_i)   (A over B; B = the baseline gives
+#                      config_stats.speedup)
+#   ratio_ci_low/high = 95 % t interval on the log scale, exp'd back (`ratio_method`):
+#     'paired'  every repeat i of both ran (the sweep's interleaved block i): d_i = ln x_i − ln y_i,
+#               se = sd(d) / sqrt(n), df = n − 1
+#     'welch'   otherwise: se = sqrt(sd(ln x)²/n_x + sd(ln y)²/n_y), Welch-Satterthwaite df
+#     NULL with fewer than 2 repeats on a side; [ratio, ratio] when se = 0
+#   ratio_verdict    = 'faster' (ratio_ci_low > 1), 'slower' (ratio_ci_high < 1), 'within noise'
+#                      (the interval contains 1), 'no interval'
+VIEWS.append(f"""
+CREATE OR REPLACE VIEW config_pairs AS
+WITH r AS (
+  SELECT DISTINCT group_id, run_id, repeat_idx, ln(output_tok_s) AS lx
+  FROM run_metrics WHERE {OK} AND output_tok_s > 0 AND sweep_name IS NOT NULL
+), g AS (
+  SELECT group_id, count(*) AS n, avg(lx) AS m, stddev_samp(lx) AS s FROM r GROUP BY group_id
+), pg AS (
+  SELECT x.*, g.n, g.m, g.s FROM run_groups x JOIN g USING (group_id)
+), pairs AS (
+  SELECT a.group_id AS a_id, b.group_id AS b_id, count(*) AS pairs,
+    stddev_samp(a.lx - b.lx) AS d_sd
+  FROM r a JOIN r b ON a.repeat_idx = b.repeat_idx AND a.group_id <> b.group_id
+  GROUP BY ALL
+), c AS (
+  SELECT a.sweep_name, a.concurrency, a.simulated, a.group_id, a.config,
+    b.group_id AS other_group_id, b.config AS other_config, a.n AS repeats,
+    b.n AS other_repeats, exp(a.m - b.m) AS ratio,
+    CASE WHEN a.n < 2 OR b.n < 2 THEN NULL
+         WHEN p.pairs = a.n AND p.pairs = b.n THEN 'paired' ELSE 'welch' END AS ratio_method,
+    p.pairs, p.d_sd, pow(a.s, 2) / a.n AS va, pow(b.s, 2) / b.n AS vb, a.n AS na, b.n AS nb
+  FROM pg a JOIN pg b
+    ON a.sweep_name = b.sweep_name AND a.concurrency IS NOT DISTINCT FROM b.concurrency
+   AND a.simulated = b.simulated AND a.group_id <> b.group_id
+  LEFT JOIN pairs p ON p.a_id = a.group_id AND p.b_id = b.group_id
+), se AS (
+  SELECT *,
+    CASE ratio_method WHEN 'paired' THEN d_sd / sqrt(pairs) WHEN 'welch' THEN sqrt(va + vb) END
+      AS ratio_log_se,
+    CASE ratio_method WHEN 'paired' THEN pairs - 1
+         WHEN 'welch' THEN CASE WHEN va + vb > 0 THEN pow(va + vb, 2)
+                                / (pow(va, 2) / (na - 1) + pow(vb, 2) / (nb - 1)) END END
+      AS ratio_df
+  FROM c
+), b AS (
+  SELECT *,
+    CASE WHEN ratio_method IS NULL THEN NULL WHEN ratio_log_se = 0 THEN ratio
+         ELSE ratio * exp(-{t975_sql('floor(ratio_df + 1e-9)')} * ratio_log_se) END
+      AS ratio_ci_low,
+    CASE WHEN ratio_method IS NULL THEN NULL WHEN ratio_log_se = 0 THEN ratio
+         ELSE ratio * exp({t975_sql('floor(ratio_df + 1e-9)')} * ratio_log_se) END
+      AS ratio_ci_high
+  FROM se
+)
+SELECT sweep_name, concurrency, simulated, group_id, config, other_group_id, other_config,
+  repeats, other_repeats, ratio, ratio_ci_low, ratio_ci_high, ratio_method, ratio_df,
+  CASE WHEN ratio_ci_low IS NULL THEN 'no interval' WHEN ratio_ci_low > 1 THEN 'faster'
+       WHEN ratio_ci_high < 1 THEN 'slower' ELSE 'within noise' END AS ratio_verdict
+FROM b
+""")

@@ -448,14 +448,15 @@ def _unplaceable(db: str, job: ConfigJob, n: int) -> ConfigResult:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_sweep_main(sweep_file: str, db: str, out_dir: str, gpus: str | None = None,
+def run_sweep_main(sweep_file: str | Sweep, db: str, out_dir: str, gpus: str | None = None,
                    force: bool = False, executor: str = "local", ray_address: str | None = None,
                    attach: dict | None = None, progress=None, slurm_folder: str | None = None
                    ) -> tuple[Sweep, SweepResult]:
-    """`specwatch run-sweep` minus the printing: load the sweep file, install the stop signals
-    (SIGINT, SIGTERM, SIGHUP all stop cleanly; a second one aborts), run."""
+    """`specwatch run-sweep` minus the printing: load the sweep file (or take a Sweep built in
+    code: `recommend --verify`), install the stop signals (SIGINT, SIGTERM, SIGHUP all stop
+    cleanly; a second one aborts), run."""
     try:
-        sweep = sweepfile.load(sweep_file)
+        sweep = sweep_file if isinstance(sweep_file, Sweep) else sweepfile.load(sweep_file)
     except sweepfile.SweepFileError as exc:
         raise SweepError(str(exc)) from None
     if attach is not None:

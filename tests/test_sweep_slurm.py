@@ -171,7 +171,10 @@ def test_signal_cancels_the_array_and_leaves_nothing_running(tmp_path, sig):
     deadline = time.monotonic() + 180
     while len(tasks_by_config(tmp_path)) < 3 and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert len(tasks_by_config(tmp_path)) == 3, "the three array tasks' servers did not start"
+    if len(tasks_by_config(tmp_path)) < 3:
+        proc.kill()
+        raise AssertionError(f"the three array tasks' servers did not start (run-sweep: exit "
+                             f"{proc.wait()}):\n{proc.communicate()[1][-3000:]}")
     time.sleep(3)                       # servers up; loads under way
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)

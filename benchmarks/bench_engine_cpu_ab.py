@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _provenance  # noqa: E402
 
 sys.path.append(str(_provenance.ROOT))
+sys.path.append(str(_provenance.ROOT / "kernels"))  # specwatch_kernels (a bare tree has no install)
 
 from specwatch.engine.decode import Request, SpecDecoder  # noqa: E402
 from specwatch.engine.train import line_start_prompts, load_corpus  # noqa: E402
@@ -37,16 +39,22 @@ CONFIGS = {"plain": None, "S=3 topk=1 N=4": (3, 1, 4), "S=3 topk=2 N=6": (3, 2, 
 
 
 def old_package(rev: str) -> Path:
-    """Extract REV's specwatch/ and kernels/ as specwatch_old/ and kernels_old/; returns the dir."""
+    """Extract REV's specwatch/ and its kernels as specwatch_old/ and specwatch_kernels_old/ (a REV
+    before issue 26: kernels_old/); returns the dir."""
     base = Path(tempfile.mkdtemp(prefix="sw-ab-"))
     data = subprocess.run(["git", "archive", rev, "specwatch", "kernels"], cwd=_provenance.ROOT,
                           capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(base)], input=data, check=True)
     (base / "specwatch").rename(base / "specwatch_old")
-    (base / "kernels").rename(base / "kernels_old")
+    if (base / "kernels" / "specwatch_kernels").is_dir():
+        (base / "kernels" / "specwatch_kernels").rename(base / "specwatch_kernels_old")
+        shutil.rmtree(base / "kernels")
+    else:
+        (base / "kernels").rename(base / "kernels_old")
     for f in base.rglob("*.py"):
         s = f.read_text()
         s = re.sub(r"\bspecwatch\b(?=[. ])", "specwatch_old", s)
+        s = re.sub(r"\bspecwatch_kernels\b(?=[. ])", "specwatch_kernels_old", s)
         s = re.sub(r"\bkernels\b(?=[. ])", "kernels_old", s)
         f.write_text(s)
     return base

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _provenance  # noqa: E402
 
 sys.path.append(str(_provenance.ROOT))  # after PYTHONPATH: a side-by-side baseline's code wins
+sys.path.append(str(_provenance.ROOT / "kernels"))  # specwatch_kernels (a bare tree has no install)
 
 from specwatch.engine.decode import Request, SpecDecoder  # noqa: E402
 from specwatch.engine.train import line_start_prompts, load_corpus  # noqa: E402
@@ -190,7 +191,8 @@ def side_by_side(args) -> list[str]:
     for rep in range(args.reps):
         for which, path in (("baseline", base), ("current", _provenance.ROOT)):
             out = base / f"{which}-{rep}.json"
-            env = dict(os.environ, PYTHONPATH=str(path))
+            # path/kernels: specwatch_kernels since issue 26 (before it, kernels/ was the package)
+            env = dict(os.environ, PYTHONPATH=f"{path}{os.pathsep}{path / 'kernels'}")
             cmd = [sys.executable, __file__, "--device", args.device, "--concurrency", args.concurrency,
                    "--reps", "1", "--prompts", str(args.prompts), "--new-tokens", str(args.new_tokens),
                    "--configs", args.configs, "--threads", str(args.threads), "--json-out", str(out)]

@@ -18,7 +18,7 @@ for one CUDA kernel. The fair comparison is against the second column; the targe
 than argmax alone" is read off the first.
 --variants times the candidate designs (split counts, tiles, warps, fused vs two-launch / argmax +
 walk) per shape in graph and prints the winner per shape: the defaults are the tables
-TOPK_CONFIG (kernels/_draft_topk_triton.py) and VERIFY_DISPATCH (kernels/_verify_tree_triton.py).
+TOPK_CONFIG (kernels/specwatch_kernels/_draft_topk_triton.py) and VERIFY_DISPATCH (kernels/specwatch_kernels/_verify_tree_triton.py).
 
 Example:
     PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --out results.md
@@ -36,21 +36,22 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))  # specwatch_kernels
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.testing import do_bench, do_bench_cudagraph  # noqa: E402
 
-from kernels import AcceptCounters  # noqa: E402
-from kernels._aux_stats_triton import aux_stats_triton  # noqa: E402
-from kernels._draft_topk_triton import draft_topk_triton  # noqa: E402
-from kernels._select_tree_triton import organize_triton, select_tree_triton  # noqa: E402
-import kernels._verify_tree_triton as VT  # noqa: E402
-from kernels._verify_tree_triton import verify_tree_triton  # noqa: E402
-from kernels.aux_stats import aux_stats_reference  # noqa: E402
-from kernels.draft_topk import draft_topk_reference  # noqa: E402
-from kernels.select_tree import build_tree_reference, organize_reference, select_tree_reference  # noqa: E402
-from kernels.verify_tree import verify_tree_reference  # noqa: E402
+from specwatch_kernels import AcceptCounters  # noqa: E402
+from specwatch_kernels._aux_stats_triton import aux_stats_triton  # noqa: E402
+from specwatch_kernels._draft_topk_triton import draft_topk_triton  # noqa: E402
+from specwatch_kernels._select_tree_triton import organize_triton, select_tree_triton  # noqa: E402
+import specwatch_kernels._verify_tree_triton as VT  # noqa: E402
+from specwatch_kernels._verify_tree_triton import verify_tree_triton  # noqa: E402
+from specwatch_kernels.aux_stats import aux_stats_reference  # noqa: E402
+from specwatch_kernels.draft_topk import draft_topk_reference  # noqa: E402
+from specwatch_kernels.select_tree import build_tree_reference, organize_reference, select_tree_reference  # noqa: E402
+from specwatch_kernels.verify_tree import verify_tree_reference  # noqa: E402
 
 DEV = torch.device("cuda")
 ROWS: list[dict] = []
@@ -222,7 +223,7 @@ def bench_draft_topk(bw, compile_shapes, quick):
 
 def pass1_only(logits, block=None, warps=None, pps=8, smax=False):
     """The streaming pass of draft_topk alone (to split its time from the merge)."""
-    import kernels._draft_topk_triton as D
+    import specwatch_kernels._draft_topk_triton as D
 
     r, v = logits.shape
     cb, cw = D._config(r, v)
@@ -241,7 +242,7 @@ def pass1_only(logits, block=None, warps=None, pps=8, smax=False):
 
 def sweep_draft_topk(bw):
     """Tile/warps/programs-per-SM sweep that chose _config (printed, not tabled)."""
-    import kernels._draft_topk_triton as D
+    import specwatch_kernels._draft_topk_triton as D
 
     g = torch.Generator(device=DEV).manual_seed(1)
     for r, v in ((512, 163840), (256, 128256), (512, 32000), (64, 163840), (8, 128256)):
@@ -434,7 +435,7 @@ VERIFY_VARIANTS = (
     ("rowwise B8192 w8", "rowwise", 8192, 8, None),
     ("rowwise B4096 w8", "rowwise", 4096, 8, None),        # VERIFY_DISPATCH at R = 65-512 (most V)
     ("rowwise B2048 w2", "rowwise", 2048, 2, None),
-    # issue 17 candidates (`_verify_split_kernel`, SPLIT_PATHS in kernels/_verify_tree_triton.py):
+    # issue 17 candidates (`_verify_split_kernel`, SPLIT_PATHS in kernels/specwatch_kernels/_verify_tree_triton.py):
     ("fused B2048 w4 p6 relaxed", "fused-relaxed", 2048, 4, 6),  # red.relaxed max, plain-load/-store reset
     ("slots B2048 w4 p6", "slots", 2048, 4, 6),                  # per-split key slots: plain stores, no reset
     # 1-warp programs: the walk's reductions stay in a warp (shuffles; 4-8 warps compile its [NP, NP]
@@ -498,7 +499,7 @@ def variants_draft_topk(bw):
             winners.append(f"  R={r} V={v} K={k}: {lab0} {t0_:.1f}us ({t0_ / floor:.2f}x floor; "
                            f"1.5x floor = {1.5 * floor:.1f}us)")
         del logits
-    print("draft_topk variant winners, exact ones only (edit TOPK_CONFIG in kernels/_draft_topk_triton.py):\n"
+    print("draft_topk variant winners, exact ones only (edit TOPK_CONFIG in kernels/specwatch_kernels/_draft_topk_triton.py):\n"
           + "\n".join(winners), flush=True)
 
 
@@ -550,7 +551,7 @@ def variants_verify(bw):
         winners.append(f"  R={b * n} V={v}: {best[1]} {best[0]:.1f}us vs argmax {argmax:.1f}us "
                        f"({argmax / best[0]:.2f}x){'' if best[0] <= argmax else '  SLOWER THAN ARGMAX'}"
                        f"  row ({b * n}, {v}, \"{bpath}\", {cfg})")
-    print("verify_tree variant winners, exact ones only (edit VERIFY_DISPATCH in kernels/_verify_tree_triton.py "
+    print("verify_tree variant winners, exact ones only (edit VERIFY_DISPATCH in kernels/specwatch_kernels/_verify_tree_triton.py "
           "with the rows printed):\n" + "\n".join(winners), flush=True)
     for v, picks in by_vocab.items():
         print(f"verify_tree winner per R at V={v}: " + ", ".join(f"R={r_}: {pick}" for r_, pick in sorted(picks)),

@@ -3,7 +3,7 @@
 For each speculative config (chain S=3 topk=1 N=4, tree S=3 topk=4 N=8) and concurrency
 (1: every prompt served alone; c > 1: batches of c prompts started together) it decodes the
 same held-out prompts greedily as
-  (a) SpecDecoder on --device (cuda) with the Triton kernels (kernels.ops' default there) and
+  (a) SpecDecoder on --device (cuda) with the Triton kernels (specwatch_kernels.ops' default there) and
       CUDA graphs of the decode steps (captured for every bucket before the runs),
   (b) the same decoder with SPECWATCH_KERNELS=torch (torch references on the GPU; these read back
       to the host, so its steps run eagerly, without graphs),
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _provenance  # noqa: E402
 
 sys.path.append(str(_provenance.ROOT))  # a bare tree (the GPU machine's copy) has no install
+sys.path.append(str(_provenance.ROOT / "kernels"))  # specwatch_kernels
 
 from specwatch.engine.decode import Request, SpecDecoder  # noqa: E402
 from specwatch.engine.model import load_target, models_dir  # noqa: E402
@@ -46,7 +47,7 @@ PAIRS = [("a", "b"), ("a", "c"), ("b", "c"), ("a", "d"), ("c", "e"), ("d", "e")]
 
 
 def kernels(mode: str) -> None:
-    """Select kernels.ops' dispatch for the next calls ('' = default: Triton on CUDA tensors)."""
+    """Select specwatch_kernels.ops' dispatch for the next calls ('' = default: Triton on CUDA tensors)."""
     if mode:
         os.environ["SPECWATCH_KERNELS"] = mode
     else:

@@ -1,6 +1,6 @@
 """The decoder through the Triton kernels: SPECWATCH_KERNELS=triton on CPU tensors, interpreted.
 
-tests/conftest.py sets TRITON_INTERPRET=1, so `kernels.ops` runs the real Triton programs (draft
+tests/conftest.py sets TRITON_INTERPRET=1, so `specwatch_kernels.ops` runs the real Triton programs (draft
 top-k, candidate selection, organize, greedy verify) in the interpreter. Greedy output must equal
 the torch-reference path and plain (draft-free) decoding token for token. A spy counts the calls
 into the Triton launchers (it still runs them) so the test cannot pass on the references alone.
@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from kernels import _draft_topk_triton, _select_tree_triton, _verify_tree_triton  # noqa: E402
+from specwatch_kernels import _draft_topk_triton, _select_tree_triton, _verify_tree_triton  # noqa: E402
 from specwatch.engine.decode import Request, SpecDecoder  # noqa: E402
 from specwatch.engine.model import models_dir  # noqa: E402
 from specwatch.engine.train import line_start_prompts, load_corpus  # noqa: E402

@@ -22,7 +22,7 @@ SCRIPT = r'''
 import json, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
-from kernels import _draft_topk_triton as D, _verify_tree_triton as V, _select_tree_triton as S, _aux_stats_triton as A
+from specwatch_kernels import _draft_topk_triton as D, _verify_tree_triton as V, _select_tree_triton as S, _aux_stats_triton as A
 
 P = lambda t: "*" + t
 SPECS = []

@@ -6,7 +6,7 @@ import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton i
 import pytest
 import torch
 
-from kernels.aux_stats import aux_stats_reference
+from specwatch_kernels.aux_stats import aux_stats_reference
 
 FLOAT_TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -14,7 +14,7 @@ FLOAT_TOL = dict(rtol=1e-4, atol=1e-5)
 @pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
     """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
-    return _kernel_device.load("kernels._aux_stats_triton", "_aux_stats_kernel")
+    return _kernel_device.load("specwatch_kernels._aux_stats_triton", "_aux_stats_kernel")
 
 
 def _compare(a, b):

@@ -7,8 +7,8 @@ import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton i
 import pytest
 import torch
 
-from kernels import ops
-from kernels.draft_topk import draft_topk_reference
+from specwatch_kernels import ops
+from specwatch_kernels.draft_topk import draft_topk_reference
 
 NEG = float("-inf")
 
@@ -16,7 +16,7 @@ NEG = float("-inf")
 @pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
     """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
-    return _kernel_device.load("kernels._draft_topk_triton", "_draft_topk_partial_kernel")
+    return _kernel_device.load("specwatch_kernels._draft_topk_triton", "_draft_topk_partial_kernel")
 
 
 # The merge designs `bench_kernels.py --variants` times: each must give the reference's answer.

@@ -6,14 +6,14 @@ import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton i
 import pytest
 import torch
 
-from kernels.draft_topk import draft_topk_reference
-from kernels.select_tree import build_tree_device, build_tree_reference, organize_reference, select_tree_reference
+from specwatch_kernels.draft_topk import draft_topk_reference
+from specwatch_kernels.select_tree import build_tree_device, build_tree_reference, organize_reference, select_tree_reference
 
 
 @pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
     """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
-    return _kernel_device.load("kernels._select_tree_triton", "_select_tree_kernel")
+    return _kernel_device.load("specwatch_kernels._select_tree_triton", "_select_tree_kernel")
 
 
 def _equal(a, b, what):

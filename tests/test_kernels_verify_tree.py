@@ -6,10 +6,10 @@ import _kernel_device  # noqa: E402,I001  (sets TRITON_INTERPRET before triton i
 import pytest
 import torch
 
-from kernels import AcceptCounters
-from kernels.draft_topk import draft_topk_reference
-from kernels.select_tree import build_tree_reference, organize_reference, select_tree_reference
-from kernels.verify_tree import verify_tree_reference
+from specwatch_kernels import AcceptCounters
+from specwatch_kernels.draft_topk import draft_topk_reference
+from specwatch_kernels.select_tree import build_tree_reference, organize_reference, select_tree_reference
+from specwatch_kernels.verify_tree import verify_tree_reference
 
 FIELDS = ("accept_index", "accept_length", "target_predict", "bonus")
 
@@ -17,7 +17,7 @@ FIELDS = ("accept_index", "accept_length", "target_predict", "bonus")
 @pytest.fixture(scope="module", params=[_kernel_device.MODE])
 def tri():
     """The Triton module: interpreted on CPU tensors, or compiled with inputs moved to the GPU."""
-    return _kernel_device.load("kernels._verify_tree_triton", "_verify_tree_kernel")
+    return _kernel_device.load("specwatch_kernels._verify_tree_triton", "_verify_tree_kernel")
 
 
 def random_tree(batch, k, steps, n, vocab, seed):

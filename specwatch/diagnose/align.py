@@ -10,7 +10,7 @@ File layout (safetensors, or a torch file holding a dict of tensors), rows = tok
   writes this layout (both parts in one file, so `--dump F --capture F` works).
 
 Method: every segment is compared with every layer by mean row-wise cosine
-(`kernels.aux_stats.aux_stats_reference`, candidates mode); the best layer is the match. The
+(`specwatch_kernels.aux_stats.aux_stats_reference`, candidates mode); the best layer is the match. The
 segment's RMS is then checked against the per-layer RMS profile (hidden-state RMS grows with
 depth): the match is `confirmed` when the RMS-closest layer agrees or when the matched layer's RMS
 is within `RMS_CONFIRM_RATIO` of the segment's. Norms alone are never used to decide: adjacent
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.aux_stats import aux_stats_reference
+from specwatch_kernels.aux_stats import aux_stats_reference
 from specwatch import aux_layers
 
 # A segment whose best cosine is below this matches no layer well (e.g. a capture of another model,

@@ -8,7 +8,7 @@ follows SGLang's EAGLE worker: S draft steps of top-k + candidate selection, `or
 N-1 best nodes, a tree (chain when topk = 1) verified in one target forward under a prefix+tree
 mask, greedy or sampling acceptance, accepted KV rows compacted, and a draft extend over the
 accepted tokens with the verify pass's aux states. Top-k, candidate selection, tree building and
-greedy verification go through `kernels.ops` (torch reference on CPU, Triton on CUDA).
+greedy verification go through `specwatch_kernels.ops` (torch reference on CPU, Triton on CUDA).
 
 Devices: `device="cpu"` or `"cuda"`. On CUDA the weights, KV caches, masks, index tensors and each
 request's draft state (first-step top-k and hidden, in per-slot buffers) live on the GPU; the tree
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from kernels import ops
+from specwatch_kernels import ops
 from specwatch.engine.graph_step import GraphRunner, spec_step_body
 from specwatch.engine.model import KVView, attention_mask, capture_layers, load_draft, load_target, models_dir  # noqa: F401
 
@@ -150,7 +150,7 @@ class SpecDecoder:
     S=3, K=1, N=S+1 (a chain). aux_layer_ids overrides the draft config's
     eagle_aux_hidden_state_layer_ids (what a server would be misconfigured with).
     max_total_tokens sets the KV capacity (slots = max_total_tokens // max_position_embeddings).
-    device: "cpu" or "cuda" ("cuda:N"); kernels.ops then runs the torch references or Triton.
+    device: "cpu" or "cuda" ("cuda:N"); specwatch_kernels.ops then runs the torch references or Triton.
     cuda_graph: replay CUDA graphs of greedy decode steps (default: on CUDA); cuda_graph_max_bs:
     the largest bucket (default: the number of KV slots). static_steps (tests): run the graph
     bodies eagerly, on any device, instead of the per-step eager code.

@@ -33,8 +33,8 @@ import time
 
 import torch
 
-from kernels import ops
-from kernels.select_tree import DraftTree
+from specwatch_kernels import ops
+from specwatch_kernels.select_tree import DraftTree
 from specwatch.engine.model import KVView, attention_mask
 
 BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256)  # SGLang's small-bs list

@@ -157,7 +157,7 @@ TILE = 2048
 
 def aux_stats_triton(aux, num_segments=3, ref=None, candidates=None, block_t: int | None = None):
     """Launch the statistics (and optional candidate-cosine) kernels; returns `AuxStats`."""
-    from kernels.aux_stats import AuxStats
+    from specwatch_kernels.aux_stats import AuxStats
 
     if aux.dim() != 2 or aux.shape[1] % num_segments:
         raise ValueError(f"aux_stats: aux must be [T, C*d] with C={num_segments}, got {tuple(aux.shape)}")

@@ -239,13 +239,13 @@ def build_tree_device(
 
 def select_tree(i, topk_p, topk_index, hidden, scores, k):
     """Triton implementation of `select_tree_reference` (same contract)."""
-    from kernels._select_tree_triton import select_tree_triton
+    from specwatch_kernels._select_tree_triton import select_tree_triton
 
     return select_tree_triton(i, topk_p, topk_index, hidden, scores, k)
 
 
 def organize(score_list, token_list, parents_list, num_draft_tokens):
     """Triton implementation of `organize_reference` (same contract)."""
-    from kernels._select_tree_triton import organize_triton
+    from specwatch_kernels._select_tree_triton import organize_triton
 
     return organize_triton(score_list, token_list, parents_list, num_draft_tokens)

@@ -90,6 +90,6 @@ def aux_stats_reference(
 
 def aux_stats(aux, num_segments=3, ref=None, candidates=None) -> AuxStats:
     """Triton implementation of `aux_stats_reference` (same contract). Needs CUDA or TRITON_INTERPRET=1."""
-    from kernels._aux_stats_triton import aux_stats_triton
+    from specwatch_kernels._aux_stats_triton import aux_stats_triton
 
     return aux_stats_triton(aux, num_segments, ref, candidates)

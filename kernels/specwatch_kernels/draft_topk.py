@@ -48,6 +48,6 @@ def draft_topk(
     logits: torch.Tensor, k: int, hot_token_id: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton implementation of `draft_topk_reference` (same contract). Needs CUDA or TRITON_INTERPRET=1."""
-    from kernels._draft_topk_triton import draft_topk_triton
+    from specwatch_kernels._draft_topk_triton import draft_topk_triton
 
     return draft_topk_triton(logits, k, hot_token_id)

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._workspace import workspace
+from specwatch_kernels._workspace import workspace
 
 GROUP = 32
 LOG2E = tl.constexpr(1.4426950408889634)

@@ -137,10 +137,10 @@ def verify_tree(logits, candidates, retrive_index, retrive_next_token, retrive_n
                 num_steps_plus_one, counters=None) -> VerifyResult:
     """Triton implementation of `verify_tree_reference` (same contract). Needs CUDA or TRITON_INTERPRET=1.
 
-    Dispatches per shape (kernels._verify_tree_triton.VERIFY_DISPATCH): a single-launch kernel
+    Dispatches per shape (specwatch_kernels._verify_tree_triton.VERIFY_DISPATCH): a single-launch kernel
     (split-V "fused" or one program per row "rowwise"; the last-arriving program walks the tree in
     parallel), or torch.argmax + the parallel walk kernel where a row says "argmax"."""
-    from kernels._verify_tree_triton import verify_tree_triton
+    from specwatch_kernels._verify_tree_triton import verify_tree_triton
 
     return verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, retrive_next_sibling,
                               num_steps_plus_one, counters)

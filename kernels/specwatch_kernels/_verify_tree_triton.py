@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._workspace import workspace
+from specwatch_kernels._workspace import workspace
 
 KEY_INIT = -(2**63)
 NEG_INF = tl.constexpr(float("-inf"))
@@ -385,7 +385,7 @@ def verify_tree_triton(logits, candidates, retrive_index, retrive_next_token, re
     Precondition: retrive_index[b, i] == b*N + i (as build_tree makes): the walk indexes
     target_predict and predict by node within the request, and writes accept_index from retrive_index.
     """
-    from kernels.verify_tree import VerifyResult
+    from specwatch_kernels.verify_tree import VerifyResult
 
     batch, n = candidates.shape
     rows, vocab = logits.shape

@@ -7,6 +7,7 @@ directory out there, so nothing here is ever skipped.
 """
 from __future__ import annotations
 
+import os
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -17,8 +18,9 @@ import sglang  # noqa: F401  (an ImportError here is a broken side environment: 
 
 SGLANG_VERSION = version("sglang")
 SGLANG_PY = sys.executable
-# The interpreter specwatch itself is installed in (the venv's base): the CLI runs there, as a user's.
-SPECWATCH_PY = getattr(sys, "_base_executable", sys.executable)
+# The interpreter specwatch itself is installed in: the CLI runs there, as a user's. scripts/test.sh
+# sets SPECWATCH_PY to its fresh venv's python (the side env holds no specwatch install).
+SPECWATCH_PY = os.environ.get("SPECWATCH_PY") or getattr(sys, "_base_executable", sys.executable)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -191,3 +192,17 @@ def test_sweep_with_a_rejected_flag_stops_before_any_server_starts(tmp_path, mod
     assert ("ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
             "--cuda-graph-max-bs-prefill") in text
     assert not (out / "contract").exists() or not any((out / "contract").rglob("*.log"))
+
+
+def test_real_sglang_argparse_error_is_the_cause(tmp_path):
+    """A real sglang launch_server that rejects a flag: LaunchFailed names SGLang's own error, not
+    the exit code (the built-in engine's case is in tests/test_lifecycle.py)."""
+    argv = [SGLANG_PY, "-m", "sglang.launch_server", "--model-path", str(tmp_path), "--bogus-flag", "1"]
+    srv = launch.Server(argv, dict(os.environ), launch.free_port(), tmp_path / "s.log")
+    srv.start()
+    try:
+        with pytest.raises(launch.LaunchFailed) as e:
+            srv.wait_ready(120)
+    finally:
+        srv.stop(2)
+    assert "error: unrecognized arguments: --bogus-flag 1" in str(e.value).split(" (server exited")[0]

@@ -97,15 +97,12 @@ ORDER BY config, r.concurrency NULLS FIRST, h.accepted_drafts
 """
 
 # One row per measurement group (a sweep's config at one concurrency, repeats pooled) of the
-# selected runs: config_stats (speedup, interval, verdict) with the concurrency's winner and note.
+# selected runs: config_verdicts (config_stats' speedup, interval, verdict with the concurrency's
+# winner and note and the Pareto columns, evaluated once).
 STATS = """
-SELECT s.*, w.winner, w.note AS winner_note, p.per_user_tok_s, p.tpot_ms_p50_mean
-FROM config_stats s
-LEFT JOIN concurrency_winners w
-  ON w.sweep_name IS NOT DISTINCT FROM s.sweep_name AND w.concurrency IS NOT DISTINCT FROM s.concurrency
-LEFT JOIN config_pareto p USING (group_id)
-WHERE s.group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
-ORDER BY s.sweep_name NULLS FIRST, s.concurrency NULLS FIRST, s.speedup DESC NULLS LAST, s.config
+SELECT * FROM config_verdicts
+WHERE group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
+ORDER BY sweep_name NULLS FIRST, concurrency NULLS FIRST, speedup DESC NULLS LAST, config
 """
 
 # Share of verify steps whose draft position k was accepted (view accept_positions).

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 22   # 22: view config_pairs (pairwise ratios, issue 31); 21: runs.spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos and run_metrics reading them (vLLM /metrics deltas, issue 29); 20: capture-prefix columns on line rows, decode/prefill mamba columns, vLLM kv_cache_device, server_configs aux_layer_ids (issue 28); 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+SCHEMA_VERSION = 23   # 23: table metric_samples (/metrics and NVML samples per run), runs.gpu_energy_j/gpu_energy_gpus/gpu_energy_method, run_metrics.joules_per_output_token, config_stats energy columns, view config_verdicts, pooled views read once (issue 32); 22: view config_pairs (pairwise ratios, issue 31); 21: runs.spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos and run_metrics reading them (vLLM /metrics deltas, issue 29); 20: capture-prefix columns on line rows, decode/prefill mamba columns, vLLM kv_cache_device, server_configs aux_layer_ids (issue 28); 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
 
 
 def _t(sql: str):
@@ -128,6 +128,14 @@ class Run:
     slurm_job_id: str = _t("VARCHAR")
     slurm_array_task_id: int = _t("INTEGER")
     attached_endpoint: str = _t("VARCHAR")
+    # GPU energy over the run's load (issue 32; run/energy.py): Σ over the GPUs in gpu_energy_gpus
+    # (NVML indices, JSON list) of the energy NVML counted from the load's start to its end, in J;
+    # gpu_energy_method 'nvml_energy_counter' (nvmlDeviceGetTotalEnergyConsumption, mJ) or
+    # 'nvml_power_samples' (trapezoid over nvmlDeviceGetPowerUsage samples, where the counter is
+    # not supported). NULL without NVML (no NVIDIA GPU, nvidia-ml-py not installed, attach mode).
+    gpu_energy_j: float = _t("DOUBLE")
+    gpu_energy_gpus: str = _t("VARCHAR")
+    gpu_energy_method: str = _t("VARCHAR")
     # JSON of what decides the generated tokens (sampling.sampling_fingerprint): temperature, top_p,
     # top_k, ignore_eos, max tokens, chat template on/off, seed, prompts. NULL = unknown (ingested log).
     # A speedup is computed only against a baseline with the same fingerprint (stats.py, group_baselines).
@@ -365,6 +373,25 @@ class Alert:
 
 
 @dataclass
+class MetricSample:
+    """One sample of a server's Prometheus `/metrics` page, or of NVML, taken while a run was
+    measured (sweeps and attach mode: run/scrape.py, every `metrics_interval_s`) or while
+    `specwatch tail --metrics URL` followed an endpoint. `name` and `labels` (JSON object, keys
+    sorted) as the page printed them (`sglang:spec_accept_length`, `vllm:spec_decode_num_drafts_total`);
+    NVML samples are named `nvml:gpu_power_w` / `nvml:gpu_energy_j` with label `gpu` (NVML index).
+    `t_s` = seconds since the run's load began (NULL for tail). A run's samples are replaced as a
+    whole when the run is stored again; tail's are keyed by (endpoint, sampled_at, name, labels)."""
+
+    run_id: str = _t("VARCHAR")
+    endpoint: str = _t("VARCHAR")        # http://host:port scraped, or 'nvml'
+    sampled_at: dt.datetime = _t("TIMESTAMP")
+    t_s: float = _t("DOUBLE")
+    name: str = _t("VARCHAR")
+    labels: str = _t("VARCHAR")
+    value: float = _t("DOUBLE")
+
+
+@dataclass
 class RunWindowSums:
     """Partial sums of one run's decode windows per (source, server config, DP rank, PP rank),
     kept up to date as windows are stored (`specwatch/db/summaries.py`), so `run_metrics` reads these
@@ -411,6 +438,7 @@ TABLES: dict[str, type] = {
     "requests": Request,
     "alerts": Alert,
     "run_window_sums": RunWindowSums,
+    "metric_samples": MetricSample,
 }
 
 # Which table each parsed record kind goes to.

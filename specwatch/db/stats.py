@@ -6,6 +6,8 @@ The per-run metrics they pool (accept length, tok/s, latencies) are `views.py`'s
 """
 from __future__ import annotations
 
+import re
+
 from specwatch.db.views import LOW_ACCEPT_LEN
 
 VIEWS: list[str] = []
@@ -47,6 +49,10 @@ VIEWS: list[str] = []
 #                         tokens / verify steps): weights every request equally, so short or easy
 #                         requests pull it around; vLLM's per-request averages are of this kind.
 #   accept_rate         = mean over repeats of config_summary.accept_rate.
+#   joules_per_output_token_mean = mean over ok repeats of run_metrics.joules_per_output_token (GPU
+#                         energy per output token, NVML; NULL without it); energy_repeats = how many;
+#   joules_per_token_vs_baseline = joules_per_output_token_mean / the baseline group's (< 1: the
+#                         config spends less energy per token than no speculation).
 #   speedup             = exp(mean ln x_i − mean ln y_i): the ratio of the geometric mean client
 #                         tok/s of the group (x) and of its baseline (y) (`speedup_basis` =
 #                         'client'); when either side has no client numbers (ingested logs), of the
@@ -231,6 +237,8 @@ WITH per AS (
     avg(ttft_ms_p99) FILTER (WHERE {OK}) AS ttft_ms_p99_mean,
     avg(itl_ms_p50) FILTER (WHERE {OK}) AS itl_ms_p50_mean,
     avg(itl_ms_p99) FILTER (WHERE {OK}) AS itl_ms_p99_mean,
+    count(joules_per_output_token) FILTER (WHERE {OK}) AS energy_repeats,
+    avg(joules_per_output_token) FILTER (WHERE {OK}) AS joules_per_output_token_mean,
     string_agg(DISTINCT failure_reason, '; ') AS failure_reasons,
     -- log scale: tok/s noise is multiplicative; speedups are ratios of geometric means
     avg(ln(output_tok_s)) FILTER (WHERE {OK} AND output_tok_s > 0) AS log_tok_s_mean,
@@ -267,6 +275,9 @@ WITH per AS (
     b.output_tok_s_mean AS baseline_output_tok_s_mean, b.repeats AS baseline_repeats,
     b.gen_throughput_tok_s_mean AS baseline_gen_throughput_tok_s_mean,
     b.gen_repeats AS baseline_gen_repeats,
+    b.joules_per_output_token_mean AS baseline_joules_per_output_token_mean,
+    s.joules_per_output_token_mean / nullif(b.joules_per_output_token_mean, 0)
+      AS joules_per_token_vs_baseline,
     p.pairs, p.d_mean, p.d_sd,
     -- the basis' (log mean, log sd, n) of this group (x) and of its baseline (y)
     CASE WHEN s.repeats > 0 AND b.repeats > 0 THEN s.log_tok_s_mean ELSE s.log_gen_mean END AS lx,
@@ -405,6 +416,56 @@ SELECT group_id, avg(1000.0 / nullif(tpot_ms_p50, 0)) FILTER (WHERE {OK}) AS per
   avg(tpot_ms_p50) FILTER (WHERE {OK}) AS tpot_ms_p50_mean
 FROM run_metrics GROUP BY group_id
 """)
+
+# ---------------------------------------------------------------------------------------------
+# Reading each pooled view once per query (issue 32). DuckDB plans and evaluates a view wherever
+# it is named: config_stats named run_metrics eight times (itself, twice through run_groups,
+# four times through group_baselines' self-join of run_groups), config_summary five times, and
+# the dashboard's table (config_stats + concurrency_winners + config_pareto) about twenty: 0.6 s
+# of planning for 80 runs, whatever the number of windows stored. `_once(body, names)` is `body`
+# reading each of `names` once, as a MATERIALIZED common table expression that holds that view's
+# own definition (the names renamed `_<name>`), so every formula still has one definition.
+# config_verdicts (one row per measurement group) = config_stats with its concurrency's
+#   winner (concurrency_winners.winner, .note AS winner_note) and the Pareto columns
+#   (config_pareto.per_user_tok_s, tpot_ms_p50_mean), evaluated once: what the dashboard's
+#   Compare table and `specwatch report --format html` show.
+# ---------------------------------------------------------------------------------------------
+_VIEW_RE = re.compile(r"\s*CREATE OR REPLACE VIEW (\w+) AS\s(.*)", re.S)
+
+
+# each view's SELECT as defined above (run_metrics, a views.py view: a read of the view itself)
+_DEFS = {"run_metrics": "SELECT * FROM run_metrics",
+         **{m.group(1): m.group(2) for m in map(_VIEW_RE.match, VIEWS) if m}}
+
+
+def _renamed(sql: str, names) -> str:
+    for n in names:
+        sql = re.sub(rf"\b{n}\b", f"_{n}", sql)
+    return sql
+
+
+def _once(body: str, names: tuple[str, ...]) -> str:
+    """`body` with each view in `names` (in dependency order) read once: see above."""
+    ctes = [f"_{n} AS MATERIALIZED ({_renamed(_DEFS[n], names[:i])})" for i, n in enumerate(names)]
+    return f"WITH {', '.join(ctes)}\nSELECT * FROM ({_renamed(body, names)}) _once"
+
+
+def _redefine(name: str, body: str) -> None:
+    i = next(i for i, sql in enumerate(VIEWS) if (m := _VIEW_RE.match(sql)) and m.group(1) == name)
+    VIEWS[i] = f"CREATE OR REPLACE VIEW {name} AS {body}"
+
+
+_POOLED = ("run_metrics", "run_groups", "group_baselines")
+_redefine("config_summary", _once(_DEFS["config_summary"], _POOLED))
+_redefine("config_stats", _once(_DEFS["config_stats"], _POOLED))
+VIEWS.append("CREATE OR REPLACE VIEW config_verdicts AS " + _once("""
+SELECT s.*, w.winner, w.note AS winner_note, p.per_user_tok_s, p.tpot_ms_p50_mean
+FROM config_stats s
+LEFT JOIN concurrency_winners w
+  ON w.sweep_name IS NOT DISTINCT FROM s.sweep_name
+ AND w.concurrency IS NOT DISTINCT FROM s.concurrency AND w.simulated = s.simulated
+LEFT JOIN config_pareto p USING (group_id)
+""", (*_POOLED, "config_stats", "concurrency_winners", "config_pareto")))
 
 # config_pairs (one row per ordered pair of configs measured at one load of one sweep; issue 31):
 #   how much faster config A (group_id) ran than config B (other_group_id), the comparison

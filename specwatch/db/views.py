@@ -34,6 +34,9 @@ from __future__ import annotations
 #   gen_throughput_tok_s = Σ over DP ranks of the mean `gen throughput` of that rank's kept windows
 #                         (each scheduler prints its own; system throughput is their sum).
 #   output_tok_s, ttft/itl/tpot/e2e percentiles: client-side, from the run's load (sweeps only).
+#   joules_per_output_token = gpu_energy_j / output_tokens: the GPU energy NVML counted over the
+#                         run's load (all its GPUs) per output token of its measured requests;
+#                         NULL without NVML (runs.gpu_energy_j, run/energy.py).
 #   accept_len_request_weighted = mean over the run's measured requests of output tokens / verify
 #                         steps (client side, sweeps only); accept_len above is token-weighted.
 #   group_id            = the repeats a statistic pools: a sweep's (config, concurrency), or an
@@ -44,6 +47,10 @@ from __future__ import annotations
 #                         Σ(mean acceptance length · drafted) / Σ drafted, Σ accepted / Σ drafted
 #                         (the windows are 10 s of wall time, so they straddle runs; the counters
 #                         are exact). gen_throughput_tok_s = mean non-zero `Avg generation throughput`.
+#   SGLang runs without decode windows (attach mode without a log): accept_len = Δ
+#                         sglang:generation_tokens_total / Δ sglang:spec_verify_calls_total over
+#                         the run's /metrics samples (run_metric_deltas; SGLang's per-request
+#                         completion_tokens / spec_verify_ct, summed; needs --enable-metrics).
 #   One accept length on every engine: tokens committed per verify step, the bonus token
 #                         included = 1 + accepted drafts / verify steps (SGLang's `accept len`, vLLM's
 #                         `Mean acceptance length`). vLLM counts only steps that had a draft (an
@@ -123,7 +130,31 @@ WINDOW_SUMS = [
 # Kept windows of a partition: those not after idle, or its first one when it is the only one.
 _KEPT = "CASE WHEN windows_all = 1 THEN first_{0} ELSE {0}_k END"
 
+# run_metric_deltas (one row per run and /metrics counter, a name ending in `_total`): what the
+#   counter counted during the run's load = Σ over its label sets of (last sample − first sample);
+#   a label set first seen after the run's first scrape of that endpoint was created during the
+#   load (Prometheus clients create a labelled child at its first increment): its delta is its last
+#   value. `reset` = a label set went down (the server restarted): its delta is NULL.
 VIEWS = [
+    """
+CREATE OR REPLACE VIEW run_metric_deltas AS
+WITH s AS (
+  SELECT run_id, endpoint, name, labels, min(sampled_at) AS first_at,
+    arg_min(value, sampled_at) AS first_value, arg_max(value, sampled_at) AS last_value
+  FROM metric_samples WHERE run_id IS NOT NULL AND suffix(name, '_total')
+  GROUP BY ALL
+), f AS (
+  SELECT run_id, endpoint, min(sampled_at) AS scraped_from FROM metric_samples
+  WHERE run_id IS NOT NULL GROUP BY ALL
+)
+SELECT s.run_id, s.name,
+  CASE WHEN NOT bool_or(s.last_value < s.first_value)
+       THEN sum(CASE WHEN s.first_at > f.scraped_from THEN s.last_value
+                     ELSE s.last_value - s.first_value END) END AS delta,
+  bool_or(s.last_value < s.first_value) AS reset, count(*) AS label_sets
+FROM s JOIN f USING (run_id, endpoint)
+GROUP BY ALL
+""",
     f"CREATE OR REPLACE VIEW decode_windows_scoped AS {scoped_windows_sql()}",
     f"""
 CREATE OR REPLACE VIEW run_rank_metrics AS
@@ -220,6 +251,13 @@ WITH per_rank AS (
     ON rs.source_id = c.source_id AND rs.offset_from >= c.byte_offset
   LEFT JOIN sim_cfg sc ON sc.source_id = c.source_id AND sc.byte_offset = c.byte_offset
   GROUP BY rs.run_id
+), prom AS (
+  -- SGLang's /metrics counters over the run's load (run_metric_deltas): generation tokens and
+  -- verify calls (attach mode without a log has no decode windows)
+  SELECT run_id,
+    sum(delta) FILTER (WHERE name = 'sglang:generation_tokens_total') AS gen_tokens,
+    sum(delta) FILTER (WHERE name = 'sglang:spec_verify_calls_total') AS verify_calls
+  FROM run_metric_deltas GROUP BY run_id
 ), req AS (
   -- request-weighted accept length: the mean over measured requests of each one's own
   -- output tokens / verify steps (short or easy requests count as much as long ones)
@@ -256,8 +294,8 @@ WITH per_rank AS (
      OR CASE WHEN p.config_offset IS NOT NULL THEN sc.source_id IS NOT NULL
              ELSE coalesce(rsim.simulated, false) END) AS simulated,
     p.dp_ranks, coalesce(p.windows, vl.windows, 0) AS windows,
-    coalesce(p.accept_len, 1 + r.spec_accepted_tokens / nullif(r.spec_drafts, 0), vl.accept_len)
-      AS accept_len,
+    coalesce(p.accept_len, 1 + r.spec_accepted_tokens / nullif(r.spec_drafts, 0), vl.accept_len,
+             pm.gen_tokens / nullif(pm.verify_calls, 0)) AS accept_len,
     coalesce(r.spec_accepted_tokens / nullif(r.spec_draft_tokens, 0), vl.accept_rate)
       AS vllm_accept_rate,
     p.accept_rate_printed, coalesce(p.gen_throughput_tok_s, vt.gen_tok_s) AS gen_throughput_tok_s,
@@ -266,6 +304,8 @@ WITH per_rank AS (
     r.ttft_ms_p50, r.ttft_ms_p90, r.ttft_ms_p99, r.itl_ms_p50, r.itl_ms_p90, r.itl_ms_p99,
     r.tpot_ms_p50, r.tpot_ms_p99, r.e2e_ms_p50, r.e2e_ms_p99,
     r.client_accept_len, r.server_accept_len,
+    r.output_tokens, r.gpu_energy_j, r.gpu_energy_method,
+    r.gpu_energy_j / nullif(r.output_tokens, 0) AS joules_per_output_token,
     CASE WHEN coalesce(c.speculative_algorithm, r.speculative_algorithm) IS NOT NULL
          THEN req.accept_len_request_weighted END AS accept_len_request_weighted
   FROM runs r LEFT JOIN per_cfg p USING (run_id)
@@ -274,6 +314,7 @@ WITH per_rank AS (
   LEFT JOIN vllm vl ON vl.run_id = r.run_id LEFT JOIN vllm_tput vt ON vt.run_id = r.run_id
   LEFT JOIN vcfg vc ON vc.run_id = r.run_id
   LEFT JOIN req ON req.run_id = r.run_id
+  LEFT JOIN prom pm ON pm.run_id = r.run_id
   LEFT JOIN sim_cfg sc ON sc.source_id = p.config_source_id AND sc.byte_offset = p.config_offset
   LEFT JOIN run_sim rsim ON rsim.run_id = r.run_id
 ), grouped AS (

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from specwatch.run import prom
+
 REPO = Path(__file__).resolve().parents[1]
 TARGET = "builtin:target"  # the committed weights (specwatch/engine/models)
 DRAFT = "builtin:draft-eagle3"
@@ -392,8 +394,22 @@ def test_metrics_text_has_sglang_names_and_labels(server):
         assert f"# TYPE sglang:{name} gauge" in text
         assert f"sglang:{name}{labels}" in values
     assert 1.0 <= values[f"sglang:spec_accept_length{labels}"] <= STEPS + 1
-    assert values['sglang:prompt_tokens_total{model_name="%s"}' % TARGET] >= len("metrics")
-    assert values['sglang:generation_tokens_total{model_name="%s"}' % TARGET] >= 16
+    assert values[f"sglang:spec_num_steps{labels}"] == STEPS
+    assert values[f"sglang:spec_num_draft_tokens{labels}"] == STEPS + 1
+    # SGLang 0.5.23's tokenizer counters: model_name, engine_type (+ is_streaming on token counts)
+    tok = 'model_name="%s",engine_type="unified"' % TARGET
+    assert values['sglang:prompt_tokens_total{%s,is_streaming="false"}' % tok] >= len("metrics")
+    gen_key = 'sglang:generation_tokens_total{%s,is_streaming="false"}' % tok
+    verify_key = 'sglang:spec_verify_calls_total{%s}' % tok
+    assert values[gen_key] >= 16 and values[verify_key] > 0
+    # one more request: the counters move by exactly what its meta_info reports
+    meta = server.json("POST", "/generate", gen("metrics again", 24))["meta_info"]
+    page = prom.parse(server.request("GET", "/metrics")[1].decode())   # prometheus-client's parser
+    after = {s.name: s.value for s in page if dict(s.labels).get("model_name") == TARGET
+             and s.name.endswith("_total")}
+    assert after["sglang:generation_tokens_total"] - values[gen_key] == meta["completion_tokens"]
+    assert after["sglang:spec_verify_calls_total"] - values[verify_key] == meta["spec_verify_ct"] > 0
+
 
 
 def test_log_has_zero_rejected_lines_for_specwatch_parser(server, tmp_path):
@@ -464,6 +480,8 @@ def test_dp2_tp2_lines_are_rank_tagged_and_sigterm_exits_zero(tmp_path):
             t.start()
         for t in threads:
             t.join(120)
+        # no --enable-metrics: SGLang mounts no /metrics page, so neither does the engine
+        assert s.request("GET", "/metrics")[0] == 404
     finally:
         t0 = time.monotonic()
         rc = s.stop()

@@ -331,6 +331,8 @@ class Handler(BaseHTTPRequestHandler):
                    "text/plain; charset=utf-8")
 
     def metrics(self) -> None:
+        if not self.engine.args.enable_metrics:      # SGLang mounts /metrics only then
+            raise BadRequest("Not Found", HTTPStatus.NOT_FOUND)
         self._send(200, self.engine.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -100,6 +100,8 @@ class Scheduler(threading.Thread):
         self.tokens_in_use = 0  # refreshed by the scheduler thread after every batch
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.spec_verify_calls_total = 0   # SGLang: Σ spec_verify_ct of finished requests
+        self.spec_active_steps = 0         # steps of the last verify (the adaptive tier's)
         self._stopping = False
 
     # ------------------------------------------------------------------ called from other threads
@@ -133,7 +135,19 @@ class Scheduler(threading.Thread):
             "avg_spec_accept_length": m.avg_spec_accept_length(),
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
+            "spec_verify_calls_total": self.spec_verify_calls_total,
+            # SGLang's active spec config gauges, set with the decode line; 0 without speculation
+            "spec_num_steps": self.spec_active_steps if m.last_accept_len is not None else 0,
+            "spec_num_draft_tokens": self._draft_tokens(self.spec_active_steps)
+            if m.last_accept_len is not None else 0,
         }
+
+    def _draft_tokens(self, steps: int) -> int:
+        """Draft tokens per verify at `steps`: steps + 1 for a chain (topk 1), else the flag's."""
+        a = self.args
+        if (a.speculative_eagle_topk or 1) == 1:
+            return steps + 1
+        return a.speculative_num_draft_tokens or 0
 
     # ------------------------------------------------------------------ scheduler thread
 
@@ -316,10 +330,12 @@ class Scheduler(threading.Thread):
         batch = list(self.running)
         if self.adaptive is None:
             stats = self.decoder.decode_step([r.dreq for r in batch])
+            self.spec_active_steps = self.args.speculative_num_steps or 0
         else:  # SGLang: steps from the batch size's slot, then its EMA sees this verify
             before = [r.dreq.spec_accepted_drafts for r in batch]
+            self.spec_active_steps = self.adaptive.steps_for_batch(len(batch))
             stats = self.decoder.decode_step([r.dreq for r in batch],
-                                             num_steps=self.adaptive.steps_for_batch(len(batch)))
+                                             num_steps=self.spec_active_steps)
             self.adaptive.on_verify_complete(
                 [r.dreq.spec_accepted_drafts - b for r, b in zip(batch, before)], len(batch))
         for r in batch:
@@ -361,6 +377,8 @@ class Scheduler(threading.Thread):
             return False
         self.decoder.release(r.dreq)
         self.generation_tokens_total += end
+        if self.args.speculative_algorithm is not None:
+            self.spec_verify_calls_total += r.dreq.spec_verify_ct
         r.out.put(FinishEvent(r.index, new, list(ids[:end]), finish, self._spec_meta(r)))
         return True
 

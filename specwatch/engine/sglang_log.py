@@ -206,10 +206,19 @@ _GAUGES = (
      "bonus token per forward).", "spec_accept_length"),
     ("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in "
      "batch).", "spec_accept_rate"),
+    ("spec_num_steps", "Currently active speculative_num_steps.", "spec_num_steps"),
+    ("spec_num_draft_tokens", "Currently active speculative_num_draft_tokens (decouples from "
+     "steps under topk>1).", "spec_num_draft_tokens"),
 )
+# SGLang 0.5.23 TokenizerMetricsCollector counters (observe_one_finished_request): labels
+# model_name, engine_type and, on the token counters, is_streaming (the engine counts every
+# request under "false": it keeps no per-request streaming flag in its scheduler)
 _COUNTERS = (
-    ("prompt_tokens_total", "Number of prefill tokens processed.", "prompt_tokens_total"),
-    ("generation_tokens_total", "Number of generation tokens processed.", "generation_tokens_total"),
+    ("prompt_tokens_total", "Number of prefill tokens processed.", "prompt_tokens_total", True),
+    ("generation_tokens_total", "Number of generation tokens processed.",
+     "generation_tokens_total", True),
+    ("spec_verify_calls_total", "Number of speculative decoding verification calls.",
+     "spec_verify_calls_total", False),
 )
 
 
@@ -237,8 +246,11 @@ def prometheus_text(model_name: str, ranks: list[tuple[int | None, dict]]) -> st
                 labels.append(("dp_rank", str(dp_rank)))
             value = state.get(key)
             out.append(f"sglang:{name}{_labels(labels)} {float(value or 0.0)}")
-    for name, help_text, key in _COUNTERS:
+    for name, help_text, key, streaming in _COUNTERS:
         total = sum(state[key] for _, state in ranks)
+        labels = [("model_name", model_name), ("engine_type", "unified")]
+        if streaming:
+            labels.append(("is_streaming", "false"))
         out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} counter",
-                f"sglang:{name}{_labels([('model_name', model_name)])} {float(total)}"]
+                f"sglang:{name}{_labels(labels)} {float(total)}"]
     return "\n".join(out) + "\n"

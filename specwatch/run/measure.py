@@ -8,8 +8,9 @@ DuckDB** (`writer.store_result` stores what it returns, in the driver). For one 
   warm-up requests (kept as request rows with is_warmup) -> for each (concurrency, repeat), in the
   order the job lists them:
       POST /flush_cache (resets the server's spec counters) -> note the log size (offset_from)
-      -> load -> GET /server_info -> note the log size (offset_to) -> one `RunResult`: the `runs`
-      row, its request rows, its byte range [offset_from, offset_to) of the server log
+      -> load (meanwhile run/sampler.py samples /metrics and NVML) -> GET /server_info -> note the
+      log size (offset_to) -> one `RunResult`: the `runs` row (with the GPU energy), its request
+      rows, its /metrics samples, its byte range [offset_from, offset_to) of the server log
   -> stop the whole process group and check no process survives and the port is free.
 
 Attach mode (`job.endpoint`): nothing is launched; the load goes to the running server, its log
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specwatch.logs import failure
-from specwatch.run import client, launch, load, ports, prom
+from specwatch.run import client, launch, load, ports, prom, sampler
 from specwatch import modelinfo
 from specwatch.db import sampling
 from specwatch.run.sweepfile import Config, Sweep
@@ -80,6 +81,8 @@ class RunResult:
     requests: list[dict] = field(default_factory=list)  # `requests` columns minus run_id
     offset_from: int | None = None
     offset_to: int | None = None
+    # `metric_samples` rows (minus run_id) taken during the load: /metrics and NVML (run/sampler.py)
+    metric_samples: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -336,10 +339,17 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
         load.flush_cache(target)
     offset_from = _log_size(log_path)
     _event(events, "run_start", c.name, k.concurrency, k.repeat_idx, len(specs))
-    res = load.run(target, specs, k.concurrency, w.temperature, w.seed,
-                   job.sweep.request_timeout_s, stop=stop,
-                   on_done=(lambda r: events.request_done(c.name, r.success))
-                   if events is not None else None, api=client.ENGINE_API[job.sweep.engine])
+    # /metrics and GPU energy during the load; energy only for a server launched here, on the
+    # GPUs launch gave it (attach mode: which GPUs the server uses is not known here)
+    samp = sampler.RunSampler(target, job.endpoint or f"http://127.0.0.1:{job.port}",
+                              job.gpus, measure_energy=not job.endpoint).start()
+    try:
+        res = load.run(target, specs, k.concurrency, w.temperature, w.seed,
+                       job.sweep.request_timeout_s, stop=stop,
+                       on_done=(lambda r: events.request_done(c.name, r.success))
+                       if events is not None else None, api=client.ENGINE_API[job.sweep.engine])
+    finally:
+        sampled = samp.stop()
     out.load_s += res.wall_s
     info = None if vllm else load.server_info(target)
     spec = vllm_spec_columns(before, _spec_counters(target)) if vllm else {
@@ -365,8 +375,8 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
     rr = RunResult(row["run_id"], k.concurrency, k.repeat_idx, status, reason,
                    summary["requests_ok"], summary["requests_failed"], summary["output_tok_s"],
                    res.wall_s, requests=[r.row() for r in res.results] + extra_requests,
-                   offset_from=offset_from, offset_to=offset_to)
-    finish(k, status, reason, {"started_at": started, **spec, **summary}, rr)
+                   offset_from=offset_from, offset_to=offset_to, metric_samples=sampled.rows)
+    finish(k, status, reason, {"started_at": started, **spec, **summary, **sampled.energy}, rr)
     _event(events, "run_measured", out)        # stored first: a printed run is a kept run
     _event(events, "run_end", c.name, rr)
     if status == "failed" and (exit_code is not None or not answering):

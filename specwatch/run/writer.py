@@ -8,7 +8,8 @@ local or on Ray nodes, never opens the database. For one config result, `store_r
      checkpointed, exactly-once ingest (also when the server died before it was ready: the
      failed launch's `server_configs` and `events` are kept);
   2. in one transaction per config: upserts the `runs` rows, replaces their `run_sources` byte
-     ranges and `requests` (so storing the same result twice stores nothing twice);
+     ranges, `requests` and `metric_samples` (so storing the same result twice stores nothing
+     twice);
   3. writes one Parquet file per run, `out_dir/<sweep>/<config>/<run>.parquet`: the run's `runs`
      columns plus its requests as a list column, so a cluster's results are readable with
      `read_parquet('runs/**/*.parquet', union_by_name=true)` from any DuckDB client.
@@ -110,15 +111,17 @@ def store_result(db: str, result: ConfigResult, out_dir: str | Path,
             "ray_node_id": result.ray_node_id,
             "ray_retries": result.ray_retries, "slurm_job_id": result.slurm_job_id,
             "slurm_array_task_id": result.slurm_array_task_id}
-    rows, reqs, ranges = [], {}, {}
+    rows, reqs, ranges, samples = [], {}, {}, {}
     runs = [r for r in result.runs if r.run_id not in skip]
     for r in runs:
         rows.append({**r.row, **{k: v for k, v in node.items() if v is not None}})
         reqs[r.run_id] = r.requests
+        samples[r.run_id] = r.metric_samples
         if source_id is not None and r.offset_from is not None:
             ranges[r.run_id] = (source_id, r.offset_from, r.offset_to)
     if rows:
-        _retrying(lambda: _write(db, rows, reqs, ranges, reset=True), f"config {result.config}")
+        _retrying(lambda: _write(db, rows, reqs, ranges, reset=True, samples=samples),
+                  f"config {result.config}")
     if parquet:
         for r, row in zip(runs, rows):
             write_parquet(Path(out_dir) / result.sweep / result.config, r, row)
@@ -126,9 +129,11 @@ def store_result(db: str, result: ConfigResult, out_dir: str | Path,
 
 
 def _write(db: str, rows: list[dict], requests: dict[str, list[dict]],
-           sources: dict[str, tuple[str, int, int]], reset: bool = False) -> None:
-    """Upsert run rows, with their log ranges and request rows, in one transaction. `reset`:
-    first drop what an earlier attempt stored for these runs."""
+           sources: dict[str, tuple[str, int, int]], reset: bool = False,
+           samples: dict[str, list[dict]] | None = None) -> None:
+    """Upsert run rows, with their log ranges, request rows and /metrics samples, in one
+    transaction. `reset`: first drop what an earlier attempt stored for these runs."""
+    samples = samples or {}
     with store.writer(db) as con:
         con.execute("BEGIN")
         try:
@@ -138,6 +143,8 @@ def _write(db: str, rows: list[dict], requests: dict[str, list[dict]],
                     con.execute("DELETE FROM requests WHERE run_id = ?", [rid])
                 if reset or rid in sources:
                     con.execute("DELETE FROM run_sources WHERE run_id = ?", [rid])
+                if reset or rid in samples:
+                    con.execute("DELETE FROM metric_samples WHERE run_id = ?", [rid])
                 store.upsert_run(con, row)
                 if rid in sources:
                     store.attach_source(con, rid, *sources[rid])
@@ -149,6 +156,10 @@ def _write(db: str, rows: list[dict], requests: dict[str, list[dict]],
                         for k, v in r.items():
                             cols[k].append(v)
                     store.insert(con, "requests", cols)
+                if samples.get(rid):
+                    store.insert(con, "metric_samples", {
+                        c: [rid if c == "run_id" else m.get(c) for m in samples[rid]]
+                        for c in schema.column_names("metric_samples")})
             con.execute("COMMIT")
         except BaseException:
             store.rollback(con)   # a failed ROLLBACK (disk full) must not hide the real error

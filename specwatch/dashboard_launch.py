@@ -1,6 +1,11 @@
 """Start the Streamlit dashboard (`dashboards/app.py`) as a child process and wait for it.
 
-Headless, bound to 127.0.0.1 unless told otherwise, no file watcher, no usage statistics. SIGTERM and
+Headless, bound to 127.0.0.1 unless told otherwise, no file watcher, no usage statistics, and no
+connection to any host but the one it binds: Streamlit looks up the machine's external IP at
+checkip.amazonaws.com (and points a UDP socket at 8.8.8.8 for the internal one) when bound to a
+wildcard address and for every WebSocket from another origin, with no setting to stop it, so the
+child runs `python -m specwatch.dashboard_launch` (`serve_offline`: Streamlit's CLI with those
+two probes answering "unknown"); tests/test_dashboard_offline.py watches its syscalls. SIGTERM and
 SIGINT are forwarded to the child (started in its own session, so a terminal's Ctrl-C reaches it
 once, through us); the exit code is the child's (128 + signal number if a signal ended it).
 The child never outlives us: a watchdog (`procs.Guard`) stops it if we die by any signal,
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,12 +30,32 @@ APP = REPO / "dashboards" / "app.py"
 
 
 def command(db: str | Path, port: int, host: str) -> list[str]:
-    return [sys.executable, "-m", "streamlit", "run", str(APP),
+    # browser.serverAddress: the URL Streamlit prints and the origin it trusts are the address
+    # bound (this machine's name for a wildcard), not one it would look up.
+    shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    return [sys.executable, "-m", "specwatch.dashboard_launch", "run", str(APP),
             "--server.headless=true", f"--server.address={host}", f"--server.port={port}",
+            f"--browser.serverAddress={shown}", f"--browser.serverPort={port}",
             "--server.fileWatcherType=none", "--server.runOnSave=false",
             "--browser.gatherUsageStats=false", "--global.developmentMode=false",
             "--client.toolbarMode=viewer", "--theme.base=light",
             "--", "--db", str(db)]
+
+
+def serve_offline(argv: list[str]) -> None:
+    """`streamlit ARGV` with Streamlit's network probes (`net_util.get_external_ip`, an HTTP GET
+    of checkip.amazonaws.com, and `get_internal_ip`, a UDP connect to 8.8.8.8) answering None,
+    as when they fail offline: no URL printed for them, no origin trusted for them."""
+    from streamlit import net_util
+    from streamlit.web import cli as streamlit_cli
+
+    for probe in ("get_external_ip", "get_internal_ip"):
+        if not callable(getattr(net_util, probe, None)):
+            print(f"specwatch dashboard: this Streamlit has no net_util.{probe}; check that it "
+                  "contacts no other host (tests/test_dashboard_offline.py)", file=sys.stderr)
+        setattr(net_util, probe, lambda: None)
+    sys.argv = ["streamlit", *argv]
+    streamlit_cli.main(prog_name="streamlit")
 
 
 TOKEN_ENV = "SPECWATCH_DASHBOARD_TOKEN"
@@ -146,3 +172,7 @@ def main(db: str | Path, port: int = 8501, host: str = "127.0.0.1", allow_remote
         procs.remove_pidfile(pidfile)
         guard.release()
     return 128 - rc if rc < 0 else rc
+
+
+if __name__ == "__main__":
+    serve_offline(sys.argv[1:])

@@ -415,6 +415,24 @@ def test_sql_box_is_read_only_and_row_capped(app, fixture_db):
     assert table_with(at, "n")["n"].tolist() == [before]              # nothing was deleted
 
 
+def test_sql_box_bounds_what_it_parses_and_names_every_statement(app):
+    """The box takes at most query.MAX_SQL_CHARS (run_sql refuses longer text as well:
+    tests/test_sql_bounds.py); a statement type DuckDB's Python enum cannot name is one error
+    line, not a traceback (issue 26)."""
+    at = app("SQL")
+    healthy(at)
+    assert at.text_area(key="sql_text").max_chars == query.MAX_SQL_CHARS
+    at.text_area(key="sql_text").input("SELECT '" + "x" * 200_000 + "'").run()
+    assert len(at.text_area(key="sql_text").value) <= query.MAX_SQL_CHARS   # not taken
+    at.text_area(key="sql_text").input("UPDATE EXTENSIONS").run()
+    at.button(key="sql_run").click().run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] == [
+        "UPDATE statements are not allowed: specwatch sql is read-only and runs SELECT/WITH, "
+        "DESCRIBE, SHOW, SUMMARIZE, EXPLAIN or a read-only PRAGMA only (the store is written only "
+        "by ingest/tail/run-sweep)"]
+
+
 def test_missing_database_waits_quietly(app, tmp_path):
     at = app(db=tmp_path / "not-yet.duckdb")
     assert not at.exception and not at.error

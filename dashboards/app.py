@@ -1,7 +1,8 @@
 """specwatch dashboard: compare speculative-decoding configs against their no-speculation baseline.
 
-Start it with `specwatch dashboard --db FILE` (or `streamlit run dashboards/app.py -- --db FILE`; the
-database also comes from env SPECWATCH_DB). Views: the config comparison table, accept rate against
+Start it with `specwatch dashboard --db FILE` (the database also comes from env SPECWATCH_DB); a
+bare `streamlit run dashboards/app.py -- --db FILE` works too, but without what the launcher sets
+(loopback only, no lookup of this machine's external IP: see specwatch/dashboard_launch.py). Views: the config comparison table, accept rate against
 throughput, speedup against concurrency, decode-window time series, the acceptance histogram,
 findings (broken configs) and a read-only SQL box.
 

@@ -20,12 +20,14 @@ Codes (severity):
   dp_ranks_disagree, cuda_graph_off, queue_growing, kv_pressure_retractions,
   first_window_contaminated (warning).
   config_failed (error)            the server died before it was ready: its real cause, its log, a hint.
+  schedule_dropped_under_dp, adaptive_steps0_cold_draft (warning|info)  a batch-size schedule
+                                   hits an engine limit (schedule.py).
 
 Not a tuner: it says what is wrong and where to look, not which config is best (see `report`).
 """
 from __future__ import annotations
 
-from specwatch.diagnose import auxids, context, serving, speed
+from specwatch.diagnose import auxids, context, schedule, serving, speed
 from specwatch.diagnose.finding import SEVERITY_ORDER, Finding
 
 
@@ -37,6 +39,7 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
     """(findings, speculative config rows checked) for every run in the store, or only `run`."""
     ctx = context.load(db, run)
     findings, checked, cache = [], [], {}
+    schedules = schedule.load(db, ctx)
     for row in ctx.scope:
         if row["status"] == "failed":
             checked.append(row)
@@ -57,5 +60,6 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
         findings += serving.check_queue(ctx, row, ws)
         findings += serving.check_kv(ctx, row, ws)
         findings += serving.check_first_window(ctx, row, ws)
+        findings += schedule.check_schedule(ctx, row, schedules)
     findings.sort(key=lambda f: (f.run, f.config_offset or 0, SEVERITY_ORDER[f.severity], f.code))
     return findings, checked

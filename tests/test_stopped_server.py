@@ -10,12 +10,11 @@ import signal
 import sys
 import threading
 import time
-
-import pytest
+from pathlib import Path
 
 from specwatch.run import launch, load
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_sigstopped_server_is_noticed_after_a_few_timeouts(tmp_path):

@@ -268,3 +268,17 @@ def test_cli_text_json_and_errors(db, tmp_path):
     assert none.returncode == 1 and "run-sweep" in none.stderr
     slo = _cli("--db", str(db), "--slo", "x=1")
     assert slo.returncode == 1 and "METRIC=LIMIT" in slo.stderr
+
+
+def test_a_noisy_config_never_displaces_one_measured_to_be_better(tmp_path):
+    # s1 is within noise of everything (wide interval); s3 is measured above the baseline in
+    # every repeat: s3, not the simpler but unproven s1 (the probe sweep's c=8 on a loaded box)
+    path = tmp_path / "noisy.duckdb"
+    _sweep(path, "noisy", {("baseline", 8): ([300, 400, 350], {}),
+                           ("s1", 8): ([150, 600, 330], K1),
+                           ("s3", 8): ([390, 520, 455], K3)})
+    band = rec.recommend(path, "builtin").bands[0]
+    assert (band.config, band.choice) == ("s3", "significant")
+    assert "significantly faster than baseline (k=0) (ratio" in band.reason
+    assert "within noise of s1 (k=1) (ratio" in band.reason
+    assert _pair(path, "s3", "s1", 8, sweep="noisy")["ratio_verdict"] == "within noise"

@@ -12,11 +12,13 @@ through `query.run_sql`) and decides, per measured concurrency (a batch-size ban
   --slo       limits on config_stats' mean latency percentiles (e.g. itl_ms_p99=50): a candidate
               over a limit at that load is left out there (unless none meets it: then all stay,
               and the band says so).
-  the choice  a candidate is dominated when another one is significantly faster there
-              (config_pairs: its ratio interval lies above 1). Of the undominated candidates the
-              simplest (fewest draft tokens; the baseline first) is chosen. So the best config is
-              chosen when its advantage over every other is significant; otherwise the simpler
-              config within noise of it, and the reason names the ratio that did not exclude 1.
+  the choice  start from the simplest candidate (the baseline, then fewer draft tokens) and move
+              to a more complex one only when it is significantly faster than the choice so far
+              (config_pairs: its ratio interval lies above 1); then, while some candidate is
+              significantly faster than the choice, take the fastest of those. So the best config
+              is chosen when its advantage is significant; otherwise the simpler config it does
+              not beat significantly, and the reason names the ratio that did not exclude 1. A
+              noisy config (a wide interval) never displaces one measured to be better.
 
 Bands: measured concurrencies c_1 < ... < c_n give batch sizes [1, c_1], [c_1 + 1, c_2], ...,
 the last one open-ended: a batch between two measured loads runs what the higher load chose.
@@ -262,22 +264,39 @@ def _choose(cands: list[dict], pairs: dict) -> tuple[dict, str, str]:
     def name(r):
         return f"{r['config']} (k={0 if r['is_baseline'] else r['speculative_num_steps']})"
 
+    def vs(ys):
+        return "; ".join(
+            f"{name(y)} (ratio {_fmt_ratio(pairs.get((chosen['group_id'], y['group_id'])))})"
+            for y in ys)
+
     if len(cands) == 1:
         return cands[0], "only", "the only candidate measured at this load"
-    undominated = [x for x in cands if not any(faster(y, x) for y in cands if y is not x)]
-    chosen = min(undominated, key=_simplicity)
+    # the simplest first; a more complex one replaces the choice only when it is significantly
+    # faster than the choice so far; then whatever is still significantly faster, best first
+    order = sorted(cands, key=_simplicity)
+    chosen = order[0]
+    for y in order[1:]:
+        if faster(y, chosen):
+            chosen = y
+    while True:
+        better = [y for y in cands if faster(y, chosen)]
+        if not better:
+            break
+        chosen = fastest(better)
     top = fastest(cands)
     others = [y for y in cands if y is not chosen]
+    simpler = [y for y in others if _simplicity(y) < _simplicity(chosen)]
     if all(faster(chosen, y) for y in others):
-        vs = "; ".join(f"vs {name(y)} {_fmt_ratio(pairs.get((chosen['group_id'], y['group_id'])))}"
-                       for y in others)
-        return chosen, "significant", f"faster than every other candidate (intervals above 1): {vs}"
+        return chosen, "significant", f"faster than every other candidate (intervals above 1): {vs(others)}"
+    if chosen is top and simpler:
+        beaten = [y for y in others if faster(chosen, y)]
+        rest = [y for y in others if y not in beaten]
+        return chosen, "significant", (
+            f"the fastest point estimate, significantly faster than {vs(beaten)}; within noise of "
+            f"{vs(rest)}, none of which is significantly faster than it")
     if chosen is top:
-        tied = [y for y in others if not faster(chosen, y)]
-        vs = "; ".join(f"{name(y)}: {_fmt_ratio(pairs.get((chosen['group_id'], y['group_id'])))}"
-                       for y in tied)
-        return chosen, "simpler", (f"the fastest point estimate, and the others within noise of it "
-                                   f"are not simpler ({vs})")
+        return chosen, "simpler", (f"the simplest candidate and the fastest point estimate; no "
+                                   f"other is significantly faster: {vs(others)}")
     p = pairs.get((top["group_id"], chosen["group_id"]))
     return chosen, "simpler", (f"the simpler config: the fastest point estimate {name(top)} is "
                                f"not significantly faster ({name(top)} / {name(chosen)} = "

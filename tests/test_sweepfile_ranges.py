@@ -61,6 +61,8 @@ BAD = [
     ("grid pp -1", GRID + "pp_size = -1\n", 7, "pp_size", "1..1024"),
     ("aux id in a list of lists", GRID + "aux_layer_ids = [[1, 2], [3, 1000000]]\n", 7,
      "aux_layer_ids", "-1..4095"),
+    ("vLLM speculative tokens 0", 'engine = "vllm"\n[[config]]\nname = "a"\n'
+     "num_speculative_tokens = 0\n", 7, "num_speculative_tokens", "1..64"),
     ("aux id -2", "[[config]]\nspeculative_num_steps = 2\nspeculative_eagle_topk = 1\n"
      "aux_layer_ids = [-2, 1]\n", 7, "aux_layer_ids", "-1..4095"),
 ]

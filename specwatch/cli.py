@@ -188,26 +188,52 @@ def sql(query, db, fmt, max_rows, timeout, memory_mb):
 
 @cli.command()
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
-              show_default=True, help="table: fits the terminal; json/csv: every column.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "html"]),
+              default="table", show_default=True,
+              help="table: fits the terminal; json/csv: every column; html: one self-contained "
+                   "page with plots, doctor's reasons and the environment (needs matplotlib: "
+                   "pip install 'specwatch[report]').")
 @click.option("--run", default=None, help="Only the configs that contain this run (name or id).")
 @click.option("--sweep", default=None, help="Only this sweep.")
 @click.option("--wide", is_flag=True, help="Table with every column (as long as lines need).")
-def report(db, fmt, run, sweep, wide):
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the report to this file instead of stdout.")
+def report(db, fmt, run, sweep, wide, output):
     """Per config and concurrency, over its repeats: accept length, accept rate, tok/s with a 95%
     interval, speedup over the matched no-speculation baseline with a 95% interval, and a verdict
     (pays / loses / unclear); then the winner per concurrency, or why there is none. The README's
     glossary explains every column; formulas are in specwatch/db/views.py.
 
     Example: specwatch report --db runs.duckdb --format json
+    Example: specwatch report --db runs.duckdb --format html -o verdict.html
     """
     from specwatch.db import query as q
     from specwatch import tables
 
+    if fmt == "html":
+        try:
+            from specwatch import report_html
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise click.ClickException("--format html draws its plots with matplotlib, which is "
+                                       "not installed: pip install 'specwatch[report]'")
+        try:
+            page = report_html.write(db, output, run=run, sweep=sweep)
+        except (q.QueryError, store.StoreError) as exc:
+            raise click.ClickException(str(exc))
+        if output is None:
+            click.echo(page)
+        else:
+            click.echo(f"wrote {output} ({len(page.encode()) / 1024:.0f} KB)", err=True)
+        return
     try:
         rep = q.stats_report(db, run=run, sweep=sweep)
     except (q.QueryError, store.StoreError) as exc:
         raise click.ClickException(str(exc))
+    if output is not None:
+        with open(output, "w", encoding="utf-8", newline="") as fh:
+            tables.print_report(rep, out=fh, fmt=fmt, wide=wide)
+        return
     tables.print_report(rep, fmt=fmt, wide=wide)
 
 

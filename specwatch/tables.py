@@ -1,7 +1,9 @@
 """Terminal rendering of the verdict report (`specwatch report`, run-sweep's final table), by `rich`.
 
 The default table fits the terminal (its width, or COLUMNS): config, concurrency, accept length,
-accept rate, tok/s (mean ± 95% CI half-width), speedup [95% CI], verdict; numbers rounded to
+accept rate, tok/s (mean ± 95% CI half-width), GPU energy per output token in mJ with its ratio
+to the baseline (only when some row has one: NVML measured it), speedup [95% CI], verdict;
+numbers rounded to
 what the noise supports (speedup 2 decimals, tok/s 3 significant digits, accept length and rate
 2 decimals); long names shortened. Then one line per sweep and concurrency naming the winner (or
 "no clear winner") and the configs that lose. A config with simulated acceptance
@@ -165,7 +167,27 @@ STYLE = {"pays": "green", "loses": "red", "unclear": "yellow", "failed": "red",
          "interrupted": "yellow"}
 
 
-def _cells(r: dict) -> list[str]:
+ENERGY_HEADER = "mJ/tok"
+
+
+def energy_cell(r: dict) -> str:
+    """'41.2 (0.62×)': mJ per output token, 3 significant digits, and its ratio to the baseline."""
+    text, _ = sig(None if r.get("joules_per_output_token_mean") is None
+                  else r["joules_per_output_token_mean"] * 1000)
+    ratio = r.get("joules_per_token_vs_baseline")
+    if text and ratio is not None and not r.get("is_baseline"):
+        text += f" ({ratio:.2f}×)"
+    return text
+
+
+def _headers(rows: list[dict]) -> list[str]:
+    if any(r.get("joules_per_output_token_mean") is not None for r in rows):
+        i = HEADERS.index("tok/s ± 95%") + 1
+        return HEADERS[:i] + [ENERGY_HEADER] + HEADERS[i:]
+    return HEADERS
+
+
+def _cells(r: dict, energy: bool = False) -> list[str]:
     mark = "" if r["baseline_match"] in TRUSTED_MATCHES else " †"
     return [shorten(r["config"]) + mark,
             "" if r["concurrency"] is None else str(r["concurrency"]),
@@ -173,13 +195,14 @@ def _cells(r: dict) -> list[str]:
             _al_cell(r),
             "" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}",
             tok_s_cell(r["output_tok_s_mean"], r["output_tok_s_ci_low"], r["output_tok_s_ci_high"]),
+            *([energy_cell(r)] if energy else []),
             speedup_cell(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"],
                          r["speedup_basis"]),
             r["verdict"] or ""]
 
 
 # Columns left out, in this order, while the table is wider than the terminal.
-DROP_ORDER = ["n", "accept rate", "accept len"]
+DROP_ORDER = ["n", "accept rate", ENERGY_HEADER, "accept len"]
 
 
 def _print_compact(rep, out, width: int) -> None:
@@ -188,14 +211,16 @@ def _print_compact(rep, out, width: int) -> None:
     sweeps = list(dict.fromkeys(r["sweep_name"] for r in rows))
     for s in sweeps:
         mine = [r for r in rows if r["sweep_name"] == s]
-        cells = [(_cells(r), r["verdict"]) for r in mine]
-        natural = [max([len(h)] + [len(c[i]) for c, _ in cells]) for i, h in enumerate(HEADERS)]
-        keep = list(range(len(HEADERS)))
+        headers = _headers(mine)
+        cells = [(_cells(r, ENERGY_HEADER in headers), r["verdict"]) for r in mine]
+        natural = [max([len(h)] + [len(c[i]) for c, _ in cells]) for i, h in enumerate(headers)]
+        keep = list(range(len(headers)))
         for name in DROP_ORDER:
             if sum(natural[i] for i in keep) + 3 * (len(keep) - 1) <= width:
                 break
-            keep.remove(HEADERS.index(name))
-        if HEADERS.index("accept len") not in keep:   # the simulated mark moves to the name
+            if name in headers:
+                keep.remove(headers.index(name))
+        if headers.index("accept len") not in keep:   # the simulated mark moves to the name
             for (c, _), r in zip(cells, mine):
                 if r.get("simulated"):
                     c[0] += SIM_MARK
@@ -203,7 +228,7 @@ def _print_compact(rep, out, width: int) -> None:
                       title=(f"sweep {s}" if s else "ingested logs"), title_justify="left")
         for i in keep:
             # every column but the config name keeps its full width; the name gives way first
-            table.add_column(HEADERS[i], justify="left" if i in (0, 7) else "right",
+            table.add_column(headers[i], justify="left" if i in (0, len(headers) - 1) else "right",
                              no_wrap=True, overflow="ellipsis",
                              min_width=min(natural[i], 10) if i == 0 else natural[i])
         for c, verdict in cells:

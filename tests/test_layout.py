@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "specwatch"
 WINGS = ("db", "logs", "diagnose", "run")
 LIB_LEAVES = {"modelinfo", "aux_layers"}
-ENTRY_LEAVES = {"cli", "tables", "dashboard_launch"}
+ENTRY_LEAVES = {"cli", "tables", "dashboard_launch", "report_html"}
 MAY_IMPORT = {
     "db": {"db"},
     "logs": {"db", "logs"},

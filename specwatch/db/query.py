@@ -329,6 +329,8 @@ STATS_COLUMNS = [
     "baseline_repeats", "baseline_output_tok_s_mean",
     "gen_throughput_tok_s_mean", "baseline_gen_throughput_tok_s_mean",
     "ttft_ms_p50_mean", "ttft_ms_p99_mean", "itl_ms_p50_mean", "itl_ms_p99_mean",
+    "joules_per_output_token_mean", "joules_per_token_vs_baseline", "energy_repeats",
+    "baseline_joules_per_output_token_mean",
     "config_name", "is_baseline", "simulated", "speculative_algorithm", "speculative_num_steps",
     "speculative_eagle_topk", "speculative_num_draft_tokens", "model_path", "draft_model_path",
     "tp_size", "dp_size", "pp_size", "sglang_version", "engine", "sampling_fingerprint",

@@ -429,6 +429,8 @@ FROM run_metrics GROUP BY group_id
 #   winner (concurrency_winners.winner, .note AS winner_note) and the Pareto columns
 #   (config_pareto.per_user_tok_s, tpot_ms_p50_mean), evaluated once: what the dashboard's
 #   Compare table and `specwatch report --format html` show.
+#   pareto_frontier = no other group of the same sweep and `simulated` has both a higher or equal
+#   output_tok_s_mean and per_user_tok_s, one of them higher (NULL without both numbers).
 # ---------------------------------------------------------------------------------------------
 _VIEW_RE = re.compile(r"\s*CREATE OR REPLACE VIEW (\w+) AS\s(.*)", re.S)
 
@@ -459,12 +461,23 @@ _POOLED = ("run_metrics", "run_groups", "group_baselines")
 _redefine("config_summary", _once(_DEFS["config_summary"], _POOLED))
 _redefine("config_stats", _once(_DEFS["config_stats"], _POOLED))
 VIEWS.append("CREATE OR REPLACE VIEW config_verdicts AS " + _once("""
-SELECT s.*, w.winner, w.note AS winner_note, p.per_user_tok_s, p.tpot_ms_p50_mean
-FROM config_stats s
-LEFT JOIN concurrency_winners w
-  ON w.sweep_name IS NOT DISTINCT FROM s.sweep_name
- AND w.concurrency IS NOT DISTINCT FROM s.concurrency AND w.simulated = s.simulated
-LEFT JOIN config_pareto p USING (group_id)
+WITH v AS (
+  SELECT s.*, w.winner, w.note AS winner_note, p.per_user_tok_s, p.tpot_ms_p50_mean
+  FROM config_stats s
+  LEFT JOIN concurrency_winners w
+    ON w.sweep_name IS NOT DISTINCT FROM s.sweep_name
+   AND w.concurrency IS NOT DISTINCT FROM s.concurrency AND w.simulated = s.simulated
+  LEFT JOIN config_pareto p USING (group_id)
+)
+SELECT v.*,
+  -- no group of the same sweep (and simulation) has both more total and more per-user tok/s
+  CASE WHEN v.per_user_tok_s IS NOT NULL AND v.output_tok_s_mean IS NOT NULL THEN NOT EXISTS (
+    SELECT 1 FROM v o
+    WHERE o.sweep_name IS NOT DISTINCT FROM v.sweep_name AND o.simulated = v.simulated
+      AND o.output_tok_s_mean >= v.output_tok_s_mean AND o.per_user_tok_s >= v.per_user_tok_s
+      AND (o.output_tok_s_mean > v.output_tok_s_mean OR o.per_user_tok_s > v.per_user_tok_s))
+  END AS pareto_frontier
+FROM v
 """, (*_POOLED, "config_stats", "concurrency_winners", "config_pareto")))
 
 # config_pairs (one row per ordered pair of configs measured at one load of one sweep; issue 31):

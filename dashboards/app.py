@@ -29,6 +29,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 import charts  # noqa: E402
 import queries as Q  # noqa: E402
+import schedule_view  # noqa: E402
 from reader import SQL_TIMEOUT_S, Reader, db_path, page_reader  # noqa: E402
 
 REFRESH_CHOICES = {"off": None, "2 s": 2, "5 s": 5, "10 s": 10, "30 s": 30}
@@ -226,9 +227,15 @@ def view_concurrency(db: str, run_ids: tuple, refresh_s: int | None) -> None:
         st.info("Speedup against concurrency needs sweep runs (a config measured at several "
                 "concurrencies with a baseline at each). None in this selection.")
         return r.note(refresh_s)
-    st.altair_chart(charts.speedup_vs_concurrency(df), key="chart_conc")
+    rec = schedule_view.pick(r, spec)
+    bands = pd.DataFrame(rec["bands"]) if rec else None
+    st.altair_chart(charts.speedup_vs_concurrency(df, bands), key="chart_conc")
     st.caption("Bars: the speedup's 95% interval (config_stats.speedup_ci_low/high); a config "
-               "pays where its whole bar lies above the dashed line.")
+               "pays where its whole bar lies above the dashed line."
+               + (" Black diamonds: the recommended schedule (`specwatch recommend`), k per load "
+                  "and its expected gain." if rec else ""))
+    if rec:
+        schedule_view.details(rec)
     rows = []
     for cfg, g in spec.sort_values("concurrency").groupby("config", sort=False):
         best = g.loc[g["speedup"].idxmax()]

@@ -26,8 +26,11 @@ def baseline_rule(text: str = "baseline (1.0×): below it, speculation loses") -
                 y="y:Q", text="t")]
 
 
-def speedup_vs_concurrency(stats: pd.DataFrame) -> alt.LayerChart:
-    """Speedup (geometric-mean ratio) per config against concurrency, 95% interval bars."""
+def speedup_vs_concurrency(stats: pd.DataFrame, schedule: pd.DataFrame | None = None
+                           ) -> alt.LayerChart:
+    """Speedup (geometric-mean ratio) per config against concurrency, 95% interval bars; with
+    `schedule` (rows of `specwatch recommend`'s bands: concurrency, steps, config, speedup and
+    its interval) the recommended schedule on top: a dashed black line labelled k per load."""
     data = stats[stats["speedup"].notna() & ~stats["is_baseline"].fillna(False)
                  & stats["concurrency"].notna()].copy()
     data["interval"] = [f"[{lo:.2f}, {hi:.2f}]" if pd.notna(lo) else "none (one repeat)"
@@ -44,8 +47,18 @@ def speedup_vs_concurrency(stats: pd.DataFrame) -> alt.LayerChart:
         y="speedup_ci_low:Q", y2="speedup_ci_high:Q")
     ticks = [base.transform_filter("isValid(datum.speedup_ci_low)").mark_tick(
         thickness=2, size=10).encode(y=f"{c}:Q") for c in ("speedup_ci_low", "speedup_ci_high")]
-    return alt.layer(*baseline_rule(), bars, *ticks, lines).properties(
-        height=380, usermeta={"chart": "concurrency"})
+    layers = [*baseline_rule(), bars, *ticks, lines]
+    if schedule is not None and len(schedule):
+        sched = schedule.copy()
+        sched["label"] = [f"k={k}" for k in sched["steps"]]
+        stip = ["concurrency", "label", "config", alt.Tooltip("speedup:Q", format=".2f"),
+                alt.Tooltip("speedup_ci_low:Q", format=".2f"),
+                alt.Tooltip("speedup_ci_high:Q", format=".2f"), "reason"]
+        sb = alt.Chart(sched).encode(x=x, y="speedup:Q", tooltip=stip)
+        layers += [sb.mark_line(color="#111", strokeDash=[3, 3], strokeWidth=2,
+                                point=alt.OverlayMarkDef(shape="diamond", size=110, color="#111")),
+                   sb.mark_text(dy=-14, color="#111", fontWeight="bold").encode(text="label")]
+    return alt.layer(*layers).properties(height=380, usermeta={"chart": "concurrency"})
 
 
 def pareto(stats: pd.DataFrame) -> tuple[alt.LayerChart | None, pd.DataFrame]:

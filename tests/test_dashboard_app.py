@@ -295,6 +295,32 @@ def test_concurrency_view_plots_speedup_with_interval_bars(app):
     assert t.loc["eagle3-s5k4", "loses at"] == "4" and t.loc["eagle3-wrong-aux", "loses at"] == "1, 4"
 
 
+def test_concurrency_view_draws_the_recommended_schedule(app):
+    """Over the speedup chart: `specwatch recommend`'s schedule for the sweep's engine (sglang).
+    By hand: s5k4 is a tree (no schedule serves it); s3k1's interval lies above 1 at both loads
+    (EXPECT) and wrong-aux never beats it: k=3 at c=1 and c=4, with s3k1's speedup as the gain."""
+    at = app("Concurrency")
+    healthy(at)
+    c = charts(at)["concurrency"]
+    sched = [d for d in c["data"] if "steps" in d.columns]
+    assert len(sched) == 1
+    got = sched[0].sort_values("concurrency")
+    assert got["concurrency"].tolist() == [1, 4] and got["steps"].tolist() == [3, 3]
+    assert got["config"].tolist() == ["eagle3-s3k1", "eagle3-s3k1"]
+    for row in got.to_dict("records"):
+        sp, lo, hi, _ = EXPECT[("eagle3-s3k1", int(row["concurrency"]))]
+        assert (row["speedup"], row["speedup_ci_low"], row["speedup_ci_high"]) == (
+            pytest.approx(sp), pytest.approx(lo), pytest.approx(hi))
+    assert any(layer.get("mark", {}).get("type") == "text"
+               and layer["encoding"]["text"]["field"] == "label" for layer in c["spec"]["layer"])
+    t = table_with(at, "why")
+    assert t["k"].tolist() == [3, 3] and t["batch size"].tolist() == ["1", "2+"]
+    assert json.loads(at.get("code")[0].value) == {"1": {"candidate_steps": [3]}}
+    at.selectbox(key="sched_engine").set_value("vllm").run()
+    healthy(at)
+    assert '"num_speculative_tokens_per_batch_size": [[1, 256, 3]]' in at.get("code")[0].value
+
+
 def test_pareto_plots_per_user_against_total_tok_s_baseline_included(app):
     at = app("Pareto")
     healthy(at)

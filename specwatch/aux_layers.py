@@ -24,6 +24,7 @@ from dataclasses import dataclass
 PLUS_ONE = "plus_one"                                  # [i + 1 for i in ids]
 PLUS_ONE_IF_FIRST_IS_1 = "plus_one_if_first_is_1"      # ids[0] == 1 ? [i + 1 ...] : ids
 PLUS_ONE_UNLESS_MAX_IS_L = "plus_one_unless_max_is_L"  # max(ids) == L ? ids : [i + 1 ...]
+AS_GIVEN = "as_given"                                  # vLLM: the ids are the indices
 
 RULE_TEXT = {
     PLUS_ONE: "index = id + 1 (id k captures the output of layer k)",
@@ -31,6 +32,8 @@ RULE_TEXT = {
                             "(id k captures the output of layer k-1; -1 captures nothing)",
     PLUS_ONE_UNLESS_MAX_IS_L: "index = id when the largest id equals the layer count L (id L = the "
                               "final-normed output), else index = id + 1",
+    AS_GIVEN: "index = id (vLLM: id k captures the output of layer k-1, 0 the embedding output, "
+              "L the last layer's)",
 }
 
 # architectures[0] of the target's config.json -> rule, per SGLang version (0.5.23 read from
@@ -62,6 +65,24 @@ MODULES = {
     "KimiK25ForConditionalGeneration": "kimi_k25", "Glm4MoeLiteForCausalLM": "glm4_moe_lite",
     "GptOssForCausalLM": "gpt_oss",
 }
+
+
+# vLLM captures at the ids as given: vLLM 0.32 model_executor/models/interfaces.py
+# `_maybe_add_hidden_state(aux, layer_idx, ...)` appends `hidden_states + residual` when layer_idx is
+# in `aux_hidden_state_layers` (the ids, `set_aux_hidden_state_layers`), called with start_layer
+# before the first layer and idx + 1 after layer idx (llama.py, qwen2.py, qwen3_moe.py; Qwen3Model
+# is a Qwen2Model). So one id list captures one layer earlier on vLLM than on SGLang (id + 1).
+# tests/contract_vllm/test_aux_layers_contract.py reads these classes.
+VLLM_RULES: dict[str, dict[str, str]] = {"0.32.0": {
+    "LlamaForCausalLM": AS_GIVEN, "Qwen2ForCausalLM": AS_GIVEN, "Qwen3ForCausalLM": AS_GIVEN,
+    "Qwen3MoeForCausalLM": AS_GIVEN}}
+VLLM_MODULES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                "Qwen3ForCausalLM": "qwen2", "Qwen3MoeForCausalLM": "qwen3_moe"}
+
+
+def vllm_rule(architecture: str | None) -> str | None:
+    """vLLM's rule for this target architecture (verified versions: VLLM_RULES), or None."""
+    return max(VLLM_RULES.items(), key=lambda kv: _version_key(kv[0]))[1].get(architecture or "")
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -99,12 +120,14 @@ def capture_indices(rule_name: str, ids: list[int], num_layers: int) -> list[int
         return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
     if rule_name == PLUS_ONE_UNLESS_MAX_IS_L:
         return list(ids) if ids and max(ids) == num_layers else [i + 1 for i in ids]
+    if rule_name == AS_GIVEN:
+        return list(ids)
     raise ValueError(f"unknown aux-layer rule {rule_name!r}; known: {', '.join(RULE_TEXT)}")
 
 
 def _reachable_max(rule_name: str, num_layers: int) -> int:
     """Largest index a forward pass captures (gpt-oss also captures index L)."""
-    return num_layers if rule_name == PLUS_ONE_UNLESS_MAX_IS_L else num_layers - 1
+    return num_layers if rule_name in (PLUS_ONE_UNLESS_MAX_IS_L, AS_GIVEN) else num_layers - 1
 
 
 def captured_outputs(rule_name: str, ids: list[int], num_layers: int) -> list[int | None]:

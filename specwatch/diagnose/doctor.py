@@ -19,6 +19,8 @@ Codes (severity):
   accept_rate_not_comparable (info) the printed accept rate uses an older SGLang definition.
   dp_ranks_disagree, cuda_graph_off, queue_growing, kv_pressure_retractions,
   first_window_contaminated (warning).
+  engine_aux_capture (warning|info) vLLM captures at the ids as given, SGLang at id + 1: the same
+                                   draft config feeds other layers on the other engine (engines.py).
   config_failed (error)            the server died before it was ready: its real cause, its log, a hint.
   schedule_dropped_under_dp, adaptive_steps0_cold_draft (warning|info)  a batch-size schedule
                                    hits an engine limit (schedule.py).
@@ -27,7 +29,7 @@ Not a tuner: it says what is wrong and where to look, not which config is best (
 """
 from __future__ import annotations
 
-from specwatch.diagnose import auxids, context, schedule, serving, speed
+from specwatch.diagnose import auxids, context, engines, schedule, serving, speed
 from specwatch.diagnose.finding import SEVERITY_ORDER, Finding
 
 
@@ -40,6 +42,7 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
     ctx = context.load(db, run)
     findings, checked, cache = [], [], {}
     schedules = schedule.load(db, ctx)
+    logged_aux = engines.logged_ids(db, ctx)
     for row in ctx.scope:
         if row["status"] == "failed":
             checked.append(row)
@@ -52,6 +55,7 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
         probe = auxids.probe_ids(ctx, row, cache)
         acc = auxids.check_accept(ctx, row, ws, probe) + auxids.check_probe(ctx, row, probe)
         findings += acc
+        findings += engines.check(row, logged_aux)
         blocker = next((f.code for f in acc if f.severity == "error"), None)
         findings += speed.check_speed(ctx, row, blocker)
         findings += speed.check_accept_rate(ctx, row)

@@ -204,6 +204,19 @@ static int64_t days_from_civil(int64_t y, int m, int d) {
     return era * 146097 + doe - 719468;
 }
 
+/* Is `dddd-dd-dd?dd:dd:dd` at p (digits checked) a real date and time? Else the line goes to
+ * Python, which rejects it with the reason (logs/clock.py). */
+static int real_time(const char *p) {
+    int y = (p[0] - '0') * 1000 + (p[1] - '0') * 100 + (p[2] - '0') * 10 + (p[3] - '0');
+    int mo = (p[5] - '0') * 10 + (p[6] - '0'), d = (p[8] - '0') * 10 + (p[9] - '0');
+    int h = (p[11] - '0') * 10 + (p[12] - '0'), mi = (p[14] - '0') * 10 + (p[15] - '0');
+    int se = (p[17] - '0') * 10 + (p[18] - '0');
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return !(y < 1 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] + (mo == 2 && leap) ||
+             h > 23 || mi > 59 || se > 59);
+}
+
 /* Parse `[YYYY-MM-DD HH:MM:SS(.f{1,6})?( TAG)*] ` at the start; fills ts span, µs and rank tags. */
 static Py_ssize_t parse_prefix(const char *s, Py_ssize_t n, Py_ssize_t *ts_len, int64_t *ts_us,
                                Py_ssize_t *rank_start, Py_ssize_t *rank_len, int64_t tags[4]) {
@@ -214,15 +227,11 @@ static Py_ssize_t parse_prefix(const char *s, Py_ssize_t n, Py_ssize_t *ts_len, 
         if (pat[i] == 'd') { if (p[i] < '0' || p[i] > '9') return -1; }
         else if (p[i] != pat[i]) return -1;
     }
+    if (!real_time(p)) return -1; /* not a real time: the Python parser decides */
     int y = (p[0] - '0') * 1000 + (p[1] - '0') * 100 + (p[2] - '0') * 10 + (p[3] - '0');
     int mo = (p[5] - '0') * 10 + (p[6] - '0'), d = (p[8] - '0') * 10 + (p[9] - '0');
     int h = (p[11] - '0') * 10 + (p[12] - '0'), mi = (p[14] - '0') * 10 + (p[15] - '0');
     int se = (p[17] - '0') * 10 + (p[18] - '0');
-    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] + (mo == 2 && leap) ||
-        h > 23 || mi > 59 || se > 59)
-        return -1; /* not a real time: the Python parser decides */
     Py_ssize_t i = 1 + 19;
     int64_t frac = 0;
     if (i < n && s[i] == '.') {
@@ -622,7 +631,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         }
         if (!kind && !has_anchor(L, len)) continue;
         table_t *T = kind == 1 ? &D : &P;
-        int ok = kind != 0 && !cut && T->n < T->cap;
+        int ok = kind != 0 && !cut && (!ots_len || real_time(L + ots)) && T->n < T->cap;
         int64_t iter = NULL_I64;
         if (ok && L[b] == ' ' && b + 1 < len && L[b + 1] == '[') {
             Py_ssize_t k = b + 2;

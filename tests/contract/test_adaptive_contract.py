@@ -69,3 +69,42 @@ def test_config_errors_where_real_sglang_raises(tmp_path, cfg):
 def test_default_config_is_sglangs():
     assert mine.DEFAULT_ADAPTIVE_CONFIG == real.DEFAULT_ADAPTIVE_CONFIG
     assert mine.candidate_steps(None) == real.resolve_candidate_steps_from_config(None)
+
+
+def test_recommended_schedule_routes_in_real_sglang_as_its_bands(tmp_path):
+    """`specwatch recommend --engine sglang` on known runs: real SGLang's routing of the file it
+    writes gives every batch size its band's steps (k=3 alone, 1 at 2-4, off from 5)."""
+    import datetime as dt
+
+    from specwatch.db import store
+    from specwatch.diagnose import recommend
+
+    plan = {("baseline", 1): [100, 110, 90], ("s1", 1): [130, 143, 117],
+            ("s3", 1): [160, 176, 144], ("baseline", 4): [200, 220, 180],
+            ("s1", 4): [300, 330, 270], ("s3", 4): [290, 319, 261],
+            ("baseline", 16): [400, 440, 360], ("s1", 16): [300, 330, 270],
+            ("s3", 16): [200, 220, 180]}
+    db = tmp_path / "r.duckdb"
+    with store.writer(db) as con:
+        for (cfg, c), xs in plan.items():
+            k = None if cfg == "baseline" else int(cfg[1])
+            for rep, x in enumerate(xs):
+                store.upsert_run(con, dict(
+                    run_id=f"s/{cfg}/c{c}/r{rep}", run_name=f"{cfg}/c{c}/r{rep}", origin="sweep",
+                    sweep_name="s", config_name=cfg, concurrency=c, repeat_idx=rep, status="ok",
+                    engine="sglang", model_path="/m", tp_size=1, dp_size=1, is_baseline=k is None,
+                    draft_model_path=k and "/d", speculative_algorithm=k and "EAGLE3",
+                    speculative_num_steps=k, speculative_eagle_topk=k and 1,
+                    speculative_num_draft_tokens=k and k + 1, output_tok_s=float(x),
+                    created_at=dt.datetime(2026, 12, 1, 10, rep)))
+    rec = recommend.recommend(db, "sglang")
+    assert [b.steps for b in rec.bands] == [3, 1, 0]
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps(rec.schedule))
+    ref = real.AdaptiveSpeculativeParams(initial_steps=rec.max_steps, cfg_path=str(path))
+    assert real.resolve_candidate_steps_from_config(str(path)) == [0, 1, 3]
+    for b in rec.bands:
+        for bs in range(b.batch_size_min, (b.batch_size_max or 256) + 1):
+            assert ref.get_steps_for_batch(bs) == b.steps, bs
+            ref.on_verify_complete([0] * min(bs, 4), bs)      # one candidate: never moves
+            assert ref.get_steps_for_batch(bs) == b.steps, bs

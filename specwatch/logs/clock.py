@@ -46,8 +46,10 @@ def jumps(offsets: np.ndarray, line_nos: np.ndarray, ts_us: np.ndarray,
     `last`: [ts_us, line] of the file's record before these ([] if none), updated in place."""
     if not len(ts_us):
         return []
-    order = np.argsort(offsets, kind="stable")
-    ts, nos = ts_us[order], line_nos[order]
+    if len(offsets) > 1 and (offsets[1:] < offsets[:-1]).any():   # fast and Python rows mixed
+        order = np.argsort(offsets, kind="stable")
+        ts_us, line_nos = ts_us[order], line_nos[order]
+    ts, nos = ts_us, line_nos
     if last:
         ts, nos = np.concatenate([[last[0]], ts]), np.concatenate([[last[1]], nos])
     step = np.diff(ts)

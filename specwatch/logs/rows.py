@@ -389,8 +389,9 @@ def _warn_jumps(batches: Batches, fast: list[dict], start: int, path: str, resul
                if t is not None and o >= start]
         if got:
             parts.append(tuple(np.array(x, np.int64) for x in zip(*got)))
-    if parts:
-        found = clock.jumps(*(np.concatenate(x) for x in zip(*parts)), last)
+    if parts:   # (a copy only when the Python path stored rows with a time too)
+        found = clock.jumps(*(parts[0] if len(parts) == 1 else map(np.concatenate, zip(*parts))),
+                            last)
         if found:
             result.warnings.append(clock.describe_jump(path, found[0], len(found)))
 

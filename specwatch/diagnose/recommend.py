@@ -443,6 +443,9 @@ def _limits(rec: Recommendation) -> list[str]:
     if rec.schedule is None:
         out.append("no band gains from speculation: serve without it")
         return out
+    if len(rec.segments) == 1:
+        out.append(f"the same k={rec.max_steps} at every measured load: a static config does the "
+                   "same; measure higher loads to see where it stops paying")
     if rec.engine == "vllm":
         out.append(("" if dp == 1 else f"THIS SWEEP RAN data_parallel_size={dp}: ") +
                    "vLLM 0.32 drops the schedule under data parallelism (data_parallel_size > 1): "

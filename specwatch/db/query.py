@@ -318,7 +318,7 @@ def report(db: str | Path, run: str | None = None, sweep: str | None = None,
 # The columns of `config_stats` (stats.py defines every one, with its formula) in reading order:
 # what a person compares first, then the evidence behind it, then identity.
 STATS_COLUMNS = [
-    "sweep_name", "config", "concurrency", "repeats", "gen_repeats", "runs_failed", "runs_interrupted",
+    "sweep_name", "config", "concurrency", "request_rate", "repeats", "gen_repeats", "runs_failed", "runs_interrupted",
     "accept_len", "accept_len_sd", "accept_len_min", "accept_len_max",
     "accept_len_request_weighted", "accept_rate", "accept_rate_printed",
     "output_tok_s_mean", "output_tok_s_median", "output_tok_s_sd", "output_tok_s_cv",
@@ -337,7 +337,8 @@ STATS_COLUMNS = [
     "failure_reasons", "group_id", "baseline_group_id",
 ]
 WINNER_COLUMNS = [
-    "sweep_name", "concurrency", "winner", "note", "losers", "configs", "best_config",
+    "sweep_name", "concurrency", "request_rate", "winner", "note", "losers", "configs",
+    "best_config",
     "best_speedup", "best_speedup_ci_low", "best_speedup_ci_high", "runner_up", "simulated",
 ]
 
@@ -350,6 +351,13 @@ class StatsReport:
     configs: Result
     winners: Result
     runs: Result
+    # traffic and SLOs (slo_views.py): per group under an SLO, per config its max rate under it
+    # and its crossover load, adaptive-repeat status, and accept length / speedup by category
+    slo: Result | None = None
+    max_rate: Result | None = None
+    crossover: Result | None = None
+    repeats: Result | None = None
+    categories: Result | None = None
 
     @property
     def single_repeat(self) -> bool:
@@ -359,8 +367,12 @@ class StatsReport:
 
     def payload(self) -> dict:
         """The JSON document of `specwatch report --format json`."""
-        return {"configs": self.configs.dicts(), "concurrency": self.winners.dicts(),
-                "runs": self.runs.dicts()}
+        out = {"configs": self.configs.dicts(), "concurrency": self.winners.dicts(),
+               "runs": self.runs.dicts()}
+        for key in ("slo", "max_rate", "crossover", "repeats", "categories"):
+            res = getattr(self, key)
+            out[key] = res.dicts() if res is not None else []
+        return out
 
 
 def stats_report(db: str | Path, run: str | None = None, sweep: str | None = None,
@@ -377,18 +389,41 @@ def stats_report(db: str | Path, run: str | None = None, sweep: str | None = Non
         params.append(sweep)
     cond = f" WHERE {' AND '.join(where)}" if where else ""
     sql = (f"SELECT {', '.join(STATS_COLUMNS)} FROM config_stats{cond}"
-           " ORDER BY sweep_name NULLS FIRST, concurrency NULLS FIRST, is_baseline DESC, config,"
+           " ORDER BY sweep_name NULLS FIRST, concurrency NULLS LAST, request_rate NULLS FIRST,"
+           " is_baseline DESC, config,"
            " group_id")
     wsql = (f"SELECT {', '.join(WINNER_COLUMNS)} FROM concurrency_winners"
             + (" WHERE sweep_name = ?" if sweep else "")
-            + " ORDER BY sweep_name, concurrency")
+            + " ORDER BY sweep_name, concurrency NULLS LAST, request_rate")
     with store.reader(db) as con:
         configs = _execute(con, sql, params, max_rows, DEFAULT_TIMEOUT_S)
         winners = _execute(con, wsql, [sweep] if sweep else [], max_rows, DEFAULT_TIMEOUT_S)
         if run:  # winners of the sweeps the kept groups belong to
-            keep = {(r["sweep_name"], r["concurrency"]) for r in configs.dicts()}
-            winners.rows = [w for w in winners.rows if (w[0], w[1]) in keep]
-    return StatsReport(configs, winners, report(db, run=run, sweep=sweep, max_rows=max_rows))
+            keep = {(r["sweep_name"], r["concurrency"], r["request_rate"])
+                    for r in configs.dicts()}
+            winners.rows = [w for w in winners.rows if (w[0], w[1], w[2]) in keep]
+        # the per-config views have no group_id: the configs of the kept groups
+        per_config = cond.replace("group_id IN (SELECT group_id FROM run_metrics",
+                                  "(sweep_name, config) IN (SELECT sweep_name, config_name "
+                                  "FROM run_metrics")
+        traffic = {key: _execute(con, f"SELECT * FROM {view}"
+                                 f"{per_config if view.startswith('config_') else cond} "
+                                 f"ORDER BY {order}", params, max_rows, DEFAULT_TIMEOUT_S)
+                   for key, view, order in SLO_REPORTS}
+    return StatsReport(configs, winners, report(db, run=run, sweep=sweep, max_rows=max_rows),
+                       **traffic)
+
+
+# (StatsReport field, slo_views view, order): what report adds for traffic and SLOs; each
+# view has sweep_name, and group_id (config_* views: sweep_name, config) for the filters.
+SLO_REPORTS = [
+    ("slo", "group_slo", "sweep_name, config, concurrency NULLS LAST, request_rate"),
+    ("max_rate", "config_max_rate", "sweep_name, is_baseline DESC, config"),
+    ("crossover", "config_crossover", "sweep_name, load_kind, config"),
+    ("repeats", "group_repeats", "sweep_name, config, concurrency NULLS LAST, request_rate"),
+    ("categories", "category_stats", "sweep_name, category, is_baseline DESC, config, "
+                                     "concurrency NULLS LAST, request_rate"),
+]
 
 
 

@@ -14,7 +14,7 @@ import datetime as dt
 import typing
 from dataclasses import dataclass, fields
 
-SCHEMA_VERSION = 24   # 24: config_verdicts.pareto_frontier (issue 32); 23: table metric_samples (/metrics and NVML samples per run), runs.gpu_energy_j/gpu_energy_gpus/gpu_energy_method, run_metrics.joules_per_output_token, config_stats energy columns, view config_verdicts, pooled views read once (issue 32); 22: view config_pairs (pairwise ratios, issue 31); 21: runs.spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos and run_metrics reading them (vLLM /metrics deltas, issue 29); 20: capture-prefix columns on line rows, decode/prefill mamba columns, vLLM kv_cache_device, server_configs aux_layer_ids (issue 28); 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
+SCHEMA_VERSION = 25   # 25: runs.request_rate, arrival, rate_search_step; requests.category, arrival_offset_ms, send_offset_ms; table sweep_targets; SLO views (issue 30); 24: config_verdicts.pareto_frontier (issue 32); 23: table metric_samples (/metrics and NVML samples per run), runs.gpu_energy_j/gpu_energy_gpus/gpu_energy_method, run_metrics.joules_per_output_token, config_stats energy columns, view config_verdicts, pooled views read once (issue 32); 22: view config_pairs (pairwise ratios, issue 31); 21: runs.spec_drafts, spec_draft_tokens, spec_accepted_tokens, spec_accepted_per_pos and run_metrics reading them (vLLM /metrics deltas, issue 29); 20: capture-prefix columns on line rows, decode/prefill mamba columns, vLLM kv_cache_device, server_configs aux_layer_ids (issue 28); 19: runs.slurm_job_id, slurm_array_task_id (issue 33); 18: runs.draft_weights_sha1, target_architecture, target_num_layers (issue 18); 17: runs.sglang_version (issue 18); 16: decode_windows_scoped.window_idx (issue 15); 15: config_pareto per group only (issue 16); 14: views carry `simulated` (issue 15)
 
 
 def _t(sql: str):
@@ -60,6 +60,12 @@ class Run:
     engine: str = _t("VARCHAR")
     is_baseline: bool = _t("BOOLEAN")
     concurrency: int = _t("INTEGER")
+    # open loop (issue 30): the asked request rate (NULL: closed loop at `concurrency`), what the
+    # arrivals were (JSON: process, burstiness or the trace's sha1), and the rate search's step
+    # that asked for the run (0: a bracket end; NULL: a planned level)
+    request_rate: float = _t("DOUBLE")
+    arrival: str = _t("VARCHAR")
+    rate_search_step: int = _t("INTEGER")
     repeat_idx: int = _t("INTEGER")
     status: str = _t("VARCHAR")             # ok | failed | skipped | running
     failure_reason: str = _t("VARCHAR")
@@ -348,6 +354,26 @@ class Request:
     spec_accept_length: float = _t("DOUBLE")
     spec_accept_histogram: list = _t("INTEGER[]")  # verify steps by accepted drafts, if reported
     started_at: dt.datetime = _t("TIMESTAMP")
+    category: str = _t("VARCHAR")            # the prompt's task (chat, code, ...), if it names one
+    arrival_offset_ms: float = _t("DOUBLE")  # when the arrival process asked for it (open loop)
+    send_offset_ms: float = _t("DOUBLE")     # when it was really sent; both from the load's start
+
+
+@dataclass
+class SweepTarget:
+    """What a sweep asks of its runs (the sweep file's [slo], target_ci_width and max_repeats),
+    written by run-sweep each time it starts; the SLO views (slo_views.py) read it, so changing
+    the SLO and re-running re-judges stored runs without measuring them again."""
+
+    sweep_name: str = _t("VARCHAR PRIMARY KEY")
+    slo_ttft_ms: float = _t("DOUBLE")
+    slo_tpot_ms: float = _t("DOUBLE")
+    slo_itl_ms: float = _t("DOUBLE")
+    slo_e2e_ms: float = _t("DOUBLE")
+    slo_percentile: float = _t("DOUBLE")
+    target_ci_width: float = _t("DOUBLE")
+    max_repeats: int = _t("INTEGER")
+    updated_at: dt.datetime = _t("TIMESTAMP")
 
 
 @dataclass
@@ -436,6 +462,7 @@ TABLES: dict[str, type] = {
     "events": Event,
     "rejected_lines": RejectedLine,
     "requests": Request,
+    "sweep_targets": SweepTarget,
     "alerts": Alert,
     "run_window_sums": RunWindowSums,
     "metric_samples": MetricSample,

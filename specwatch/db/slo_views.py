@@ -222,7 +222,7 @@ FROM ci
 _MR = "group_slo_rates"
 VIEWS.append(f"""
 CREATE OR REPLACE VIEW config_max_rate AS
-WITH {_MR} AS (
+WITH {_MR} AS MATERIALIZED (
   SELECT * FROM group_slo WHERE request_rate > 0 AND sweep_name IS NOT NULL
 ), pt AS ({first_crossing_sql(_MR, 'sweep_name, config', 'ln(request_rate)', 'slo_margin_mean')}
 ), lo AS ({first_crossing_sql(_MR, 'sweep_name, config', 'ln(request_rate)',
@@ -263,7 +263,7 @@ _CX = "crossover_points"
 _K = "sweep_name, config, load_kind"
 VIEWS.append(f"""
 CREATE OR REPLACE VIEW config_crossover AS
-WITH {_CX} AS (
+WITH {_CX} AS MATERIALIZED (
   SELECT sweep_name, config, 'concurrency' AS load_kind, concurrency::DOUBLE AS load, speedup,
     speedup_ci_low, speedup_ci_high
   FROM config_stats WHERE NOT is_baseline AND speedup > 0 AND concurrency > 0

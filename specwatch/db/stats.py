@@ -14,11 +14,12 @@ VIEWS: list[str] = []
 # ---------------------------------------------------------------------------------------------
 # Repeats, baselines and verdicts (issue 12). Every statistic is defined here, once.
 #
-# run_groups (one row per measurement group): the repeats of one sweep (config, concurrency), or
+# run_groups (one row per measurement group): the repeats of one sweep (config, load level), or
 #   one ingested log's (run, server config). Carries what a baseline must match.
 #
 # group_baselines (one row per group that has a baseline candidate): the baseline group it is
-#   compared with. A candidate must have the same model, TP, DP, PP size and concurrency, and must
+#   compared with. A candidate must have the same model, TP, DP, PP size and load level (the same
+#   concurrency, or the same request rate and arrivals: runs.arrival), and must
 #   not have a different sampling fingerprint (runs.sampling_fingerprint: temperature, top_p, top_k,
 #   ignore_eos, max tokens, chat template, seed, prompts). Preferred: the group itself (a baseline),
 #   the same sweep, the same log, one with 2+ repeats (it can give an interval), then the latest. `baseline_match` says what kind of match it is:
@@ -80,7 +81,8 @@ VIEWS: list[str] = []
 #                         interrupted (runs.status; Ctrl-C, SIGTERM, a stopped Ray worker).
 #   verdict_reason      = why, in words.
 #
-# concurrency_winners (one row per sweep and concurrency): candidates are the configs with a
+# concurrency_winners (one row per sweep and load level, concurrency or request_rate): candidates
+#   are the configs with a
 #   speedup plus the baseline (speedup 1, interval [1, 1]). The best point estimate wins only when
 #   its interval lies above every other candidate's (no overlap); else winner is NULL and
 #   `note` says "no clear winner: A and B overlap" (B = the rival whose interval reaches highest).
@@ -114,7 +116,8 @@ SELECT group_id,
   any_value(sweep_name) AS sweep_name, any_value(config_name) AS config_name,
   coalesce(any_value(config_name), any_value(run_name)) AS config,
   any_value(origin) AS origin, min(run_id) AS first_run_id,
-  any_value(concurrency) AS concurrency, any_value(model_path) AS model_path,
+  any_value(concurrency) AS concurrency, any_value(request_rate) AS request_rate,
+  any_value(arrival) AS arrival, any_value(model_path) AS model_path,
   any_value(draft_model_path) AS draft_model_path,
   any_value(speculative_algorithm) AS speculative_algorithm,
   any_value(speculative_num_steps) AS speculative_num_steps,
@@ -166,6 +169,8 @@ WITH cand AS (
    -- a server_args line without pp_size is from a version without pipeline parallelism: PP 1
    AND coalesce(b.pp_size, 1) = coalesce(s.pp_size, 1)
    AND b.concurrency IS NOT DISTINCT FROM s.concurrency
+   AND b.request_rate IS NOT DISTINCT FROM s.request_rate
+   AND (s.request_rate IS NULL OR b.arrival IS NOT DISTINCT FROM s.arrival)
 )
 SELECT group_id,
   CASE WHEN NOT (sampling_differs OR simulation_differs) THEN candidate_group_id END
@@ -359,26 +364,26 @@ FROM bounds
 VIEWS.append("""
 CREATE OR REPLACE VIEW concurrency_winners AS
 WITH c AS (
-  SELECT sweep_name, concurrency, simulated, config, verdict, speedup, is_baseline,
+  SELECT sweep_name, concurrency, request_rate, simulated, config, verdict, speedup, is_baseline,
     speedup_ci_low AS lo, speedup_ci_high AS hi
   FROM config_stats
   WHERE sweep_name IS NOT NULL AND speedup IS NOT NULL
 ), r AS (
-  SELECT *, row_number() OVER (PARTITION BY sweep_name, concurrency, simulated
+  SELECT *, row_number() OVER (PARTITION BY sweep_name, concurrency, request_rate, simulated
                                ORDER BY speedup DESC, config) AS rk
   FROM c
 ), rival AS (
-  SELECT sweep_name, concurrency, simulated,
+  SELECT sweep_name, concurrency, request_rate, simulated,
     arg_max(config, coalesce(hi, 'Infinity'::DOUBLE)) AS rival,
     bool_or(hi IS NULL) AS rival_open, max(hi) AS rival_hi
   FROM r WHERE rk > 1 GROUP BY ALL
 ), losers AS (
-  SELECT sweep_name, concurrency, simulated,
+  SELECT sweep_name, concurrency, request_rate, simulated,
     list(config ORDER BY config) FILTER (WHERE verdict = 'loses') AS losers,
     count(*) FILTER (WHERE verdict <> 'baseline') AS configs
   FROM c GROUP BY ALL
 )
-SELECT t.sweep_name, t.concurrency, t.simulated,
+SELECT t.sweep_name, t.concurrency, t.request_rate, t.simulated,
   CASE WHEN coalesce(l.configs, 0) > 0 AND t.lo IS NOT NULL AND NOT coalesce(v.rival_open, false)
         AND (v.rival_hi IS NULL OR t.lo > v.rival_hi) THEN t.config END AS winner,
   t.config AS best_config, t.speedup AS best_speedup, t.lo AS best_speedup_ci_low,
@@ -393,8 +398,10 @@ SELECT t.sweep_name, t.concurrency, t.simulated,
        WHEN v.rival_hi IS NULL OR t.lo > v.rival_hi THEN
          t.config || ' wins: its interval lies above every other config''s'
        ELSE 'no clear winner: ' || t.config || ' and ' || v.rival || ' overlap' END AS note
-FROM r t LEFT JOIN rival v USING (sweep_name, concurrency, simulated)
-LEFT JOIN losers l USING (sweep_name, concurrency, simulated)
+FROM r t LEFT JOIN rival v ON v.sweep_name = t.sweep_name AND v.concurrency IS NOT DISTINCT FROM t.concurrency
+  AND v.request_rate IS NOT DISTINCT FROM t.request_rate AND v.simulated = t.simulated
+LEFT JOIN losers l ON l.sweep_name = t.sweep_name AND l.concurrency IS NOT DISTINCT FROM t.concurrency
+  AND l.request_rate IS NOT DISTINCT FROM t.request_rate AND l.simulated = t.simulated
 WHERE t.rk = 1
 """)
 
@@ -466,7 +473,8 @@ WITH v AS (
   FROM config_stats s
   LEFT JOIN concurrency_winners w
     ON w.sweep_name IS NOT DISTINCT FROM s.sweep_name
-   AND w.concurrency IS NOT DISTINCT FROM s.concurrency AND w.simulated = s.simulated
+   AND w.concurrency IS NOT DISTINCT FROM s.concurrency
+   AND w.request_rate IS NOT DISTINCT FROM s.request_rate AND w.simulated = s.simulated
   LEFT JOIN config_pareto p USING (group_id)
 )
 SELECT v.*,
@@ -508,7 +516,7 @@ WITH r AS (
   FROM r a JOIN r b ON a.repeat_idx = b.repeat_idx AND a.group_id <> b.group_id
   GROUP BY ALL
 ), c AS (
-  SELECT a.sweep_name, a.concurrency, a.simulated, a.group_id, a.config,
+  SELECT a.sweep_name, a.concurrency, a.request_rate, a.simulated, a.group_id, a.config,
     b.group_id AS other_group_id, b.config AS other_config, a.n AS repeats,
     b.n AS other_repeats, exp(a.m - b.m) AS ratio,
     CASE WHEN a.n < 2 OR b.n < 2 THEN NULL
@@ -516,6 +524,7 @@ WITH r AS (
     p.pairs, p.d_sd, pow(a.s, 2) / a.n AS va, pow(b.s, 2) / b.n AS vb, a.n AS na, b.n AS nb
   FROM pg a JOIN pg b
     ON a.sweep_name = b.sweep_name AND a.concurrency IS NOT DISTINCT FROM b.concurrency
+   AND a.request_rate IS NOT DISTINCT FROM b.request_rate
    AND a.simulated = b.simulated AND a.group_id <> b.group_id
   LEFT JOIN pairs p ON p.a_id = a.group_id AND p.b_id = b.group_id
 ), se AS (
@@ -537,7 +546,8 @@ WITH r AS (
       AS ratio_ci_high
   FROM se
 )
-SELECT sweep_name, concurrency, simulated, group_id, config, other_group_id, other_config,
+SELECT sweep_name, concurrency, request_rate, simulated, group_id, config, other_group_id,
+  other_config,
   repeats, other_repeats, ratio, ratio_ci_low, ratio_ci_high, ratio_method, ratio_df,
   CASE WHEN ratio_ci_low IS NULL THEN 'no interval' WHEN ratio_ci_low > 1 THEN 'faster'
        WHEN ratio_ci_high < 1 THEN 'slower' ELSE 'within noise' END AS ratio_verdict

@@ -37,9 +37,9 @@ from typing import Iterator
 import duckdb
 import pyarrow as pa
 
-from specwatch.db import schema, stats, summaries, views
+from specwatch.db import schema, slo_views, stats, summaries, views
 
-VIEWS = [*views.VIEWS, *stats.VIEWS]  # creation order: the per-run views first
+VIEWS = [*views.VIEWS, *stats.VIEWS, *slo_views.VIEWS]  # creation order: per-run views first
 
 DEFAULT_DB = "specwatch.duckdb"
 # Readers never break writers: a reader holds the file at most READ_WAIT_S (opening) plus its query

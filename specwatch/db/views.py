@@ -39,8 +39,8 @@ from __future__ import annotations
 #                         NULL without NVML (runs.gpu_energy_j, run/energy.py).
 #   accept_len_request_weighted = mean over the run's measured requests of output tokens / verify
 #                         steps (client side, sweeps only); accept_len above is token-weighted.
-#   group_id            = the repeats a statistic pools: a sweep's (config, concurrency), or an
-#                         ingested log's (run, server config).
+#   group_id            = the repeats a statistic pools: a sweep's (config, load level: its
+#                         concurrency or request rate), or an ingested log's (run, server config).
 #   vLLM runs: accept_len = 1 + Δaccepted / Δdrafts and accept_rate = Δaccepted / Δdraft tokens
 #                         from the run's own /metrics counter deltas (runs.spec_*, sweeps), else
 #                         from the log's `SpecDecoding metrics:` windows in the run's byte range:
@@ -268,6 +268,7 @@ WITH per_rank AS (
 ), rows AS (
   SELECT
     r.run_id, r.run_name, r.origin, r.sweep_name, r.config_name, r.engine, r.concurrency,
+    r.request_rate, r.arrival,
     r.repeat_idx, r.status, r.failure_reason, r.created_at,
     p.config_source_id, p.config_offset,
     coalesce(c.model_path, vc.model_path, r.model_path) AS model_path,
@@ -325,10 +326,11 @@ WITH per_rank AS (
   FROM rows
 )
 SELECT *,
-  -- repeats of one measurement share a group: a sweep's (config, concurrency); an ingested
+  -- repeats of one measurement share a group: a sweep's (config, load level); an ingested
   -- log's (run, server config) is a group of its own
   CASE WHEN origin = 'sweep' AND sweep_name IS NOT NULL AND config_name IS NOT NULL
        THEN sweep_name || '/' || config_name || '/c' || coalesce(CAST(concurrency AS VARCHAR), '-')
+            || coalesce('/rps' || CAST(request_rate AS VARCHAR), '')
        ELSE run_id || '@' || coalesce(CAST(config_offset AS VARCHAR), '-') END AS group_id
 FROM grouped
 """,

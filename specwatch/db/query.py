@@ -318,7 +318,8 @@ def report(db: str | Path, run: str | None = None, sweep: str | None = None,
 # The columns of `config_stats` (stats.py defines every one, with its formula) in reading order:
 # what a person compares first, then the evidence behind it, then identity.
 STATS_COLUMNS = [
-    "sweep_name", "config", "concurrency", "request_rate", "repeats", "gen_repeats", "runs_failed", "runs_interrupted",
+    "sweep_name", "config", "concurrency", "request_rate", "rate_search_only", "repeats",
+    "gen_repeats", "runs_failed", "runs_interrupted",
     "accept_len", "accept_len_sd", "accept_len_min", "accept_len_max",
     "accept_len_request_weighted", "accept_rate", "accept_rate_printed",
     "output_tok_s_mean", "output_tok_s_median", "output_tok_s_sd", "output_tok_s_cv",

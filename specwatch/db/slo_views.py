@@ -184,7 +184,9 @@ WITH x AS (
   WHERE {OK.replace('status', 'm.status')}
 ), per AS (
   SELECT group_id, count(*) AS slo_repeats,
-    any_value(slo_percentile) AS slo_percentile,
+    any_value(slo_percentile) AS slo_percentile, any_value(slo_ttft_ms) AS slo_ttft_ms,
+    any_value(slo_tpot_ms) AS slo_tpot_ms, any_value(slo_itl_ms) AS slo_itl_ms,
+    any_value(slo_e2e_ms) AS slo_e2e_ms,
     avg(goodput_req_s) AS goodput_req_s_mean, stddev_samp(goodput_req_s) AS goodput_req_s_sd,
     avg(slo_attainment_frac) AS slo_attainment_frac,
     avg(slo_margin) AS slo_margin_mean, stddev_samp(slo_margin) AS slo_margin_sd,

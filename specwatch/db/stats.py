@@ -118,6 +118,8 @@ SELECT group_id,
   any_value(origin) AS origin, min(run_id) AS first_run_id,
   any_value(concurrency) AS concurrency, any_value(request_rate) AS request_rate,
   any_value(arrival) AS arrival, any_value(model_path) AS model_path,
+  -- every run of the group was asked for by the rate search (not a planned load level)
+  coalesce(bool_and(rate_search_step IS NOT NULL), false) AS rate_search_only,
   any_value(draft_model_path) AS draft_model_path,
   any_value(speculative_algorithm) AS speculative_algorithm,
   any_value(speculative_num_steps) AS speculative_num_steps,

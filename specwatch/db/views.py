@@ -268,7 +268,7 @@ WITH per_rank AS (
 ), rows AS (
   SELECT
     r.run_id, r.run_name, r.origin, r.sweep_name, r.config_name, r.engine, r.concurrency,
-    r.request_rate, r.arrival,
+    r.request_rate, r.arrival, r.rate_search_step,
     r.repeat_idx, r.status, r.failure_reason, r.created_at,
     p.config_source_id, p.config_offset,
     coalesce(c.model_path, vc.model_path, r.model_path) AS model_path,

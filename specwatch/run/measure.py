@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specwatch.logs import failure
-from specwatch.run import client, launch, load, ports, prom, sampler
+from specwatch.run import client, launch, load, ports, prom, sampler, traffic
 from specwatch import modelinfo
 from specwatch.db import sampling
 from specwatch.run.sweepfile import Config, Sweep
@@ -43,8 +43,14 @@ from specwatch.run.sweepfile import Config, Sweep
 
 @dataclass(frozen=True)
 class RunKey:
-    concurrency: int
+    """One run's load level and repeat: a concurrency (closed loop), or a request rate (open
+    loop, `concurrency` None). `search_step` (not part of its identity): the rate search's step
+    that asked for it (traffic.py, rounds.py)."""
+
+    concurrency: int | None
     repeat_idx: int
+    request_rate: float | None = None
+    search_step: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class RunResult:
     offset_to: int | None = None
     # `metric_samples` rows (minus run_id) taken during the load: /metrics and NVML (run/sampler.py)
     metric_samples: list[dict] = field(default_factory=list)
+    request_rate: float | None = None   # open loop: the asked rate (concurrency is None)
 
 
 @dataclass
@@ -132,11 +139,12 @@ class ConfigResult:
 
 
 def run_id(sweep: str, config: str, key: RunKey) -> str:
-    return f"{sweep}/{config}/c{key.concurrency}/r{key.repeat_idx}"
+    return f"{sweep}/{config}/{traffic.level_label(key.concurrency, key.request_rate)}" \
+        f"/r{key.repeat_idx}"
 
 
 def run_name(sweep: Sweep, config: str, key: RunKey) -> str:
-    name = f"{config}/c{key.concurrency}"
+    name = f"{config}/{traffic.level_label(key.concurrency, key.request_rate)}"
     return name + (f"/r{key.repeat_idx}" if sweep.repeats > 1 else "")
 
 
@@ -153,6 +161,7 @@ def config_columns(sweep: Sweep, c: Config, aux_ids) -> dict:
         "server_flags": json.dumps(list(c.server_flags)),
         # what decides the generated tokens: a speedup is only computed between equal ones
         "sampling_fingerprint": sampling.sampling_fingerprint(sweep.workload),
+        "arrival": sweep.traffic.arrival_json(),     # open-loop levels' arrivals (traffic.py)
     }
 
 
@@ -171,6 +180,7 @@ def base_row(job: ConfigJob, key: RunKey, i: int) -> dict:
     return {**config_columns(sweep, c, launch.draft_aux_ids(c)), **model_facts(c),
             "run_id": run_id(sweep.name, c.name, key), "run_name": run_name(sweep, c.name, key),
             "concurrency": key.concurrency, "repeat_idx": key.repeat_idx,
+            "request_rate": key.request_rate, "rate_search_step": key.search_step,
             "run_order": job.order[i] if job.order else None, "order_seed": job.order_seed,
             "gpu_ids": json.dumps(list(job.gpus)) if job.gpus is not None else None,
             "attached_endpoint": job.endpoint}
@@ -216,7 +226,8 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
 
     def finish(k: RunKey, status: str, reason: str | None, extra: dict | None = None,
                res: RunResult | None = None) -> None:
-        res = res or RunResult(rows[k]["run_id"], k.concurrency, k.repeat_idx, status, reason)
+        res = res or RunResult(rows[k]["run_id"], k.concurrency, k.repeat_idx, status, reason,
+                               request_rate=k.request_rate)
         res.row = {**rows[k], "status": status, "failure_reason": reason,
                    "server_log_tail": launch.log_tail(log_path) if status != "ok" and log_path
                    else None, "ended_at": dt.datetime.now(), **(extra or {})}
@@ -232,7 +243,7 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
             if k not in done:
                 finish(k, status, reason, res=RunResult(
                     rows[k]["run_id"], k.concurrency, k.repeat_idx, status, reason,
-                    offset_from=whole[0], offset_to=whole[1]))
+                    offset_from=whole[0], offset_to=whole[1], request_rate=k.request_rate))
 
     try:
         _event(events, "config_start", c.name, len(keys))
@@ -267,7 +278,10 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
             _event(events, "note", c.name, f"ready in {out.startup_s:.1f} s")
 
         t0 = time.monotonic()
-        warm_specs, specs = load.build_requests(sweep.workload, load.read_prompts(sweep.workload))
+        cats: dict[str, str] = {}     # prompt -> category, stored with each request
+        warm_specs, specs = load.build_requests(sweep.workload,
+                                                load.read_prompts(sweep.workload, cats), cats)
+        specs = traffic.with_trace_lengths(sweep.traffic, specs)
         w = sweep.workload
         # The probe asks whether the server can serve at all: the shortest prompt, so that a
         # workload whose long prompts exceed the context still gets measured (those fail as rows).
@@ -276,7 +290,7 @@ def measure_config(job: ConfigJob, stop: threading.Event | None = None, events=N
         probe = load.probe(target, first, w.temperature, sweep.request_timeout_s, api=api)
         if not probe.success:
             raise launch.LaunchFailed(f"probe request failed: {probe.error}")
-        warm = load.run(target, warm_specs, max(k.concurrency for k in keys), w.temperature,
+        warm = load.run(target, warm_specs, max([k.concurrency or 1 for k in keys]), w.temperature,
                         w.seed, sweep.request_timeout_s, is_warmup=True, first_idx=-len(warm_specs),
                         stop=stop, api=api)
         out.warmup_s = time.monotonic() - t0
@@ -338,7 +352,8 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
     else:
         load.flush_cache(target)
     offset_from = _log_size(log_path)
-    _event(events, "run_start", c.name, k.concurrency, k.repeat_idx, len(specs))
+    _event(events, "run_start", c.name, k.concurrency if k.request_rate is None
+           else traffic.rate_label(k.request_rate), k.repeat_idx, len(specs))
     # /metrics and GPU energy during the load; energy only for a server launched here, on the
     # GPUs launch gave it (attach mode: which GPUs the server uses is not known here)
     samp = sampler.RunSampler(target, job.endpoint or f"http://127.0.0.1:{job.port}",
@@ -347,7 +362,9 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
         res = load.run(target, specs, k.concurrency, w.temperature, w.seed,
                        job.sweep.request_timeout_s, stop=stop,
                        on_done=(lambda r: events.request_done(c.name, r.success))
-                       if events is not None else None, api=client.ENGINE_API[job.sweep.engine])
+                       if events is not None else None, api=client.ENGINE_API[job.sweep.engine],
+                       offsets=traffic.offsets(job.sweep.traffic, k.request_rate, len(specs),
+                                               (w.seed, k.repeat_idx)))
     finally:
         sampled = samp.stop()
     out.load_s += res.wall_s
@@ -375,7 +392,8 @@ def _measure_run(job: ConfigJob, k: RunKey, row: dict, server, target, log_path,
     rr = RunResult(row["run_id"], k.concurrency, k.repeat_idx, status, reason,
                    summary["requests_ok"], summary["requests_failed"], summary["output_tok_s"],
                    res.wall_s, requests=[r.row() for r in res.results] + extra_requests,
-                   offset_from=offset_from, offset_to=offset_to, metric_samples=sampled.rows)
+                   offset_from=offset_from, offset_to=offset_to, metric_samples=sampled.rows,
+                   request_rate=k.request_rate)
     finish(k, status, reason, {"started_at": started, **spec, **summary, **sampled.energy}, rr)
     _event(events, "run_measured", out)        # stored first: a printed run is a kept run
     _event(events, "run_end", c.name, rr)

@@ -74,8 +74,9 @@ class Progress:
     def note(self, name: str, text: str) -> None:
         self._line(f"{name}: {text}")
 
-    def run_start(self, name: str, concurrency: int, repeat: int, n: int) -> None:
-        self._update(name, description=f"{name} c={concurrency} r={repeat}", total=n,
+    def run_start(self, name: str, concurrency: int | str, repeat: int, n: int) -> None:
+        level = f"c={concurrency}" if isinstance(concurrency, int) else concurrency  # or rps2
+        self._update(name, description=f"{name} {level} r={repeat}", total=n,
                      completed=0)
 
     def request_done(self, name: str, ok: bool) -> None:
@@ -93,7 +94,9 @@ class Progress:
         self._runs_advance(1)
         tput = f", {r.output_tok_s:.1f} tok/s" if r.output_tok_s else ""
         why = f" ({r.failure_reason})" if r.failure_reason else ""
-        self._line(f"{name}: c={r.concurrency} r={r.repeat_idx} {r.status}: {r.requests_ok} ok, "
+        rate = getattr(r, "request_rate", None)
+        level = f"c={r.concurrency}" if rate is None else f"rps={rate:g}"
+        self._line(f"{name}: {level} r={r.repeat_idx} {r.status}: {r.requests_ok} ok, "
                    f"{r.requests_failed} failed{tput} in {r.load_s:.1f} s{why}")
 
     def config_end(self, name: str, out) -> None:

@@ -48,7 +48,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from specwatch.run import launch, procs, sglang_check, sweepfile, vllm_check, writer
+from specwatch.run import launch, procs, rounds, sglang_check, sweepfile, vllm_check, writer
 from specwatch.db import store
 from specwatch.run.measure import (ConfigJob, ConfigResult, RunKey, RunResult, base_row,
                                config_columns, measure_config, run_id, run_name)
@@ -70,7 +70,7 @@ class SweepError(RuntimeError):
 
 def plan(sweep: Sweep, db: str, force: bool) -> list[tuple[Config, list[RunKey]]]:
     """(config, runs to measure) for every config with something left to do."""
-    keys = [RunKey(cc, r) for r in range(sweep.repeats) for cc in sweep.concurrency]
+    keys = rounds.plan_keys(sweep)     # every load level x repeat (+ the rate search's ends)
     stored: dict[str, tuple] = {}
     cols = [k for k in config_columns(sweep, sweep.configs[0], None) if k != "origin"]
     if not force and Path(db).exists():
@@ -94,16 +94,20 @@ def plan(sweep: Sweep, db: str, force: bool) -> list[tuple[Config, list[RunKey]]
 
 def interleave(sweep: Sweep, todo: list[tuple[Config, list[RunKey]]], seed: int
                ) -> list[tuple[str, RunKey]]:
-    """The sweep's run order: repeat by repeat, concurrency by concurrency, configs shuffled
-    within each block with `seed` (so baseline and spec runs alternate)."""
+    """The sweep's run order: repeat by repeat, load level by load level (the sweep file's
+    concurrencies, then its rates, then searched rates by value), configs shuffled within each
+    block with `seed` (so baseline and spec runs alternate)."""
     rng = random.Random(seed)
-    wanted = {c.name: set(keys) for c, keys in todo}
+    rank = {lv: i for i, lv in enumerate(sweep.traffic.levels())}
+    blocks = sorted({k for _, keys in todo for k in keys},
+                    key=lambda k: (k.repeat_idx, rank.get((k.concurrency, k.request_rate),
+                                                          len(rank)), k.request_rate or 0))
+    want = {c.name: {k: k for k in keys} for c, keys in todo}    # keeps each key's search_step
     out = []
-    for r in range(sweep.repeats):
-        for cc in sweep.concurrency:
-            block = [c.name for c, _ in todo if RunKey(cc, r) in wanted[c.name]]
-            rng.shuffle(block)
-            out += [(name, RunKey(cc, r)) for name in block]
+    for key in blocks:
+        block = [name for name, keys in want.items() if key in keys]
+        rng.shuffle(block)
+        out += [(name, want[name][key]) for name in block]
     return out
 
 
@@ -309,17 +313,39 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
               executor: str = "local", ray_address: str | None = None,
               attach: dict[str, tuple[str, str | None]] | None = None,
               slurm_folder: str | None = None) -> SweepResult:
-    """Measure every config with runs left to do (see the module docstring for executors).
+    """Measure every config with runs left to do (see the module docstring for executors),
+    then round after round what the rate search and adaptive repeats ask for next, decided
+    from the stored runs (`rounds`), each round run like the first.
     `attach`: {config name: (endpoint URL, log path or None)}; other configs are not measured.
     `slurm_folder`: --executor slurm's submitit folder (default `out_dir/slurm`)."""
     stop = stop or threading.Event()
     progress = progress or Progress()
+    writer.store_targets(db, sweep.name, sweep.traffic)   # the SLO the views judge runs by
+    result = _run_round(sweep, db, out_dir, gpus, force, stop, progress, executor, ray_address,
+                        attach, slurm_folder, plan(sweep, db, force))
+    while not result.interrupted:
+        todo = [(c, k) for c, k in rounds.next_round(sweep, db)
+                if attach is None or c.name in attach]
+        if not todo:
+            break
+        progress.note("round", f"{sum(len(k) for _, k in todo)} more runs: the rate search's "
+                      "next rates and repeats whose speedup interval is still too wide")
+        more = _run_round(sweep, db, out_dir, gpus, False, stop, progress, executor,
+                          ray_address, attach, slurm_folder, todo)
+        result.outcomes += more.outcomes
+        result.interrupted = more.interrupted
+    return result
+
+
+def _run_round(sweep: Sweep, db: str, out_dir: str, gpus, force: bool, stop: threading.Event,
+               progress, executor: str, ray_address, attach, slurm_folder, todo
+               ) -> SweepResult:
+    """One round of `run_sweep`: measure `todo` [(config, runs)] with the chosen executor."""
     # Servers a dead specwatch left running (its watchdog killed too) hold ports and GPUs.
     reaped = procs.reap_stale(Path(out_dir) / sweep.name)
     if reaped:
         progress.note("reaped", f"stopped {len(reaped)} process(es) a previous run left behind: "
                       f"{reaped}")
-    todo = plan(sweep, db, force)
     if attach is not None:
         todo = [(c, k) for c, k in todo if c.name in attach]
     todo_names = {c.name for c, _ in todo}

@@ -35,6 +35,7 @@ Not here: sending anything (`arrivals`, `load`), deciding the next rate or repea
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -241,6 +242,36 @@ def _search(t, lines: Lines, slo: Slo | None, repeats: int) -> RateSearch | None
                            f"min_rate ({t['min_rate']})")
     return RateSearch(float(t["min_rate"]), float(t["max_rate"]), t.get("steps", 4),
                       t.get("repeats", repeats))
+
+
+def level_label(concurrency: int | None, request_rate: float | None) -> str:
+    """A load level as run ids and progress lines name it: c4, or rps2.5 (a request rate)."""
+    return f"c{concurrency}" if request_rate is None else rate_label(request_rate)
+
+
+def offsets(t: Traffic, rate: float | None, n: int, seed: tuple[int, ...]) -> list[float] | None:
+    """When each of a run's n requests is sent (arrivals.py); None for a closed-loop level."""
+    if rate is None:
+        return None
+    if t.arrival == "trace":
+        return arrivals.trace_offsets(arrivals.read_trace(t.trace)[:n], rate)
+    return arrivals.rate_offsets(n, rate, t.burstiness, seed)
+
+
+def with_trace_lengths(t: Traffic, specs: list) -> list:
+    """A trace's requests: the i-th spec gets the i-th trace row's output length as
+    max_new_tokens and its prompt cut or repeated to the row's input length in characters."""
+    if t.arrival != "trace":
+        return specs
+    rows = arrivals.read_trace(t.trace)
+    out = []
+    for spec, row in zip(specs, rows):
+        text = spec.prompt
+        if row.input_len is not None:
+            text = (text * (row.input_len // len(text) + 1))[:row.input_len]
+        out.append(dataclasses.replace(spec, prompt=text,
+                                       max_new_tokens=row.output_len or spec.max_new_tokens))
+    return out
 
 
 def round_rate(rate: float) -> float:

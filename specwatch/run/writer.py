@@ -62,6 +62,28 @@ def mark_running(db: str, rows: list[dict]) -> None:
     _retrying(lambda: _write(db, full, {}, {}, reset=True), f"{len(rows)} runs")
 
 
+def store_targets(db: str, sweep_name: str, traffic) -> None:
+    """The sweep's [slo] and adaptive-repeat targets (`sweep_targets`, one row per sweep), as the
+    sweep file says now: the SLO views judge every stored run of the sweep by them."""
+    slo = traffic.slo
+    row = {"sweep_name": sweep_name, "updated_at": dt.datetime.now(),
+           "target_ci_width": traffic.target_ci_width, "max_repeats": traffic.max_repeats,
+           **({f"slo_{k}": getattr(slo, k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")}
+              | {"slo_percentile": slo.percentile} if slo is not None else {})}
+
+    def go():
+        with store.writer(db) as con:
+            con.execute("BEGIN")
+            try:
+                con.execute("DELETE FROM sweep_targets WHERE sweep_name = ?", [sweep_name])
+                store.insert(con, "sweep_targets", {k: [v] for k, v in row.items()})
+                con.execute("COMMIT")
+            except BaseException:
+                store.rollback(con)
+                raise
+    _retrying(go, f"the targets of sweep {sweep_name}")
+
+
 def store_rows(db: str, rows: list[dict]) -> None:
     """Runs that were never measured (e.g. a config that cannot be placed)."""
     _retrying(lambda: _write(db, rows, {}, {}, reset=True), f"{len(rows)} runs")
@@ -176,7 +198,7 @@ def write_parquet(folder: Path, run: RunResult, row: dict) -> Path:
                                              for c in schema.column_names("requests")})
     reqs = pa.array([req_tbl.to_pylist()], pa.list_(pa.struct(list(req_tbl.schema))))
     tbl = tbl.append_column("requests", reqs)
-    path = folder / (f"c{run.concurrency}-r{run.repeat_idx}.parquet")
+    path = folder / ("-".join(run.run_id.rsplit("/", 2)[-2:]) + ".parquet")   # c4-r0, rps2-r0
     tmp = path.with_suffix(".parquet.part")
     pq.write_table(tbl, tmp)
     os.replace(tmp, path)

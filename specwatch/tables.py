@@ -10,6 +10,9 @@ what the noise supports (speedup 2 decimals, tok/s 3 significant digits, accept 
 (SGLANG_SIMULATE_ACC_LEN, vLLM synthetic rejection sampling) shows `sim` after its accept length
 and is never compared with real-acceptance runs (views.group_baselines). `wide=True` prints every
 column of config_stats.
+Then the traffic part (sweeps with request rates, an SLO, adaptive repeats or prompt categories):
+goodput under the SLO, the max rate under it, the crossover load, repeats stopped on the cap,
+accept length and speedup by category.
 Only `cli` imports this module; it computes nothing (the numbers come from query.stats_report).
 """
 from __future__ import annotations
@@ -102,8 +105,13 @@ def summary_lines(rep) -> list[str]:
     and each config that loses; footnotes for flagged baselines and missing repeats."""
     lines = []
     sweeps = {w["sweep_name"] for w in rep.winners.dicts()}
+    shown = {(r["sweep_name"], r["concurrency"], r.get("request_rate"))
+             for r in rep.configs.dicts() if not r.get("rate_search_only")}
     for w in rep.winners.dicts():
-        where = (f"{w['sweep_name']} " if len(sweeps) > 1 else "") + f"c={w['concurrency']}"
+        if (w["sweep_name"], w["concurrency"], w.get("request_rate")) not in shown:
+            continue                 # a level only the rate search measured
+        where = (f"{w['sweep_name']} " if len(sweeps) > 1 else "") + \
+            level(w["concurrency"], w.get("request_rate"))
         if w.get("simulated"):
             where += " (simulated acceptance)"
         line = f"{where}: {w['note']}"
@@ -158,6 +166,8 @@ def print_report(rep, out=None, fmt: str = "table", wide: bool = False,
     con, buf = _console(out, width)
     for line in summary_lines(rep):
         con.print(line, markup=False, overflow="fold")
+    if not wide:
+        traffic_render(rep, con)
     _flush(buf, out)
 
 
@@ -190,7 +200,9 @@ def _headers(rows: list[dict]) -> list[str]:
 def _cells(r: dict, energy: bool = False) -> list[str]:
     mark = "" if r["baseline_match"] in TRUSTED_MATCHES else " †"
     return [shorten(r["config"]) + mark,
-            "" if r["concurrency"] is None else str(r["concurrency"]),
+            "" if r["concurrency"] is None and r.get("request_rate") is None
+            else str(r["concurrency"]) if r.get("request_rate") is None
+            else f"{r['request_rate']:g}/s",
             str(r["repeats"] or r.get("gen_repeats") or 0),   # ingested logs: server-log runs
             _al_cell(r),
             "" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}",
@@ -210,7 +222,8 @@ def _print_compact(rep, out, width: int) -> None:
     con, buf = _console(out, width)
     sweeps = list(dict.fromkeys(r["sweep_name"] for r in rows))
     for s in sweeps:
-        mine = [r for r in rows if r["sweep_name"] == s]
+        # the rate search's own rates: in the traffic part (max rate under the SLO), not here
+        mine = [r for r in rows if r["sweep_name"] == s and not r.get("rate_search_only")]
         headers = _headers(mine)
         cells = [(_cells(r, ENERGY_HEADER in headers), r["verdict"]) for r in mine]
         natural = [max([len(h)] + [len(c[i]) for c, _ in cells]) for i, h in enumerate(headers)]
@@ -265,3 +278,136 @@ def _print_wide(rep, out) -> None:
     for r in cells:
         out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
 
+
+# ------------------------------------------------------------------------------- traffic
+# The traffic part after the verdict table (issue 30): goodput under the SLO per config and
+# request rate, the max rate under the SLO with its interval, the crossover load where
+# speculation stops paying, adaptive repeats stopped on the cap, accept length and speedup by
+# prompt category. Every number comes from db/slo_views.py through query.stats_report.
+
+LIMITS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+
+
+def level(concurrency, rate) -> str:
+    """A load level as the report prints it: c=4, or 2.5/s (a request rate)."""
+    return f"c={concurrency}" if rate is None else f"{rate:g}/s"
+
+
+def _num(x, digits: int = 3) -> str:
+    return "" if x is None else f"{x:.{digits}g}"
+
+
+def bound(value, state: str | None, lo, hi) -> str:
+    """One end of an interval found by a crossing: the value, or beyond the measured range."""
+    if state == "crosses" and value is not None:
+        return _num(value)
+    if state == "below":
+        return f"<{lo:g}"
+    if state == "above":
+        return f">{hi:g}"
+    return "?"
+
+
+def slo_text(r: dict) -> str:
+    parts = [f"{name} <= {r[f'slo_{key}_ms']:g} ms" for key, name in LIMITS
+             if r.get(f"slo_{key}_ms") is not None]
+    return f"p{r['slo_percentile']:g} " + ", ".join(parts)
+
+
+def goodput_table(rows: list[dict]) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left",
+              title=f"SLO {slo_text(rows[0])}: goodput = requests/s meeting every limit")
+    for h in ("config", "load", "n", "goodput ± 95%", "sent/s", "attained", "margin [95% CI]",
+              "SLO"):
+        t.add_column(h, justify="left" if h in ("config", "SLO") else "right", no_wrap=True)
+    for r in rows:
+        gp = _num(r["goodput_req_s_mean"])
+        if r["goodput_req_s_ci_low"] is not None and gp:
+            gp += f" ± {(r['goodput_req_s_ci_high'] - r['goodput_req_s_ci_low']) / 2:.2g}"
+        m = r["slo_margin_mean"]
+        margin = "" if m is None else f"{m:+.2f}" + (
+            f" [{r['slo_margin_ci_low']:+.2f}, {r['slo_margin_ci_high']:+.2f}]"
+            if r["slo_margin_ci_low"] is not None else "")
+        t.add_row(r["config"], level(r["concurrency"], r["request_rate"]), str(r["slo_repeats"]),
+                  gp, _num(r["achieved_rate_req_s"]),
+                  "" if r["slo_attainment_frac"] is None else f"{r['slo_attainment_frac']:.0%}",
+                  margin, r["slo_verdict"] or "")
+    return t
+
+
+def max_rate_lines(rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        lo, hi = r["min_rate_req_s"], r["max_measured_rate_req_s"]
+        est = bound(r["max_rate_req_s"], r["max_rate_state"], lo, hi)
+        ci = (f"[{bound(r['max_rate_ci_low'], r['max_rate_low_state'], lo, hi)}, "
+              f"{bound(r['max_rate_ci_high'], r['max_rate_high_state'], lo, hi)}]")
+        meets = (f"; meets at {r['max_rate_meeting_req_s']:g}/s measured"
+                 if r["max_rate_meeting_req_s"] is not None else "")
+        out.append(f"max rate under the SLO: {r['config']}: {est}/s {ci} ({r['rates_measured']} "
+                   f"rates {lo:g}-{hi:g}/s{meets})")
+    return out
+
+
+def crossover_lines(rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        lo, hi = r["min_load"], r["max_load"]
+        unit = "/s" if r["load_kind"] == "request_rate" else ""
+        kind = "request rate" if r["load_kind"] == "request_rate" else "concurrency"
+        est = bound(r["crossover_load"], r["crossover_state"], lo, hi)
+        ci = (f"[{bound(r['crossover_ci_low'], r['crossover_low_state'], lo, hi)}, "
+              f"{bound(r['crossover_ci_high'], r['crossover_high_state'], lo, hi)}]")
+        what = {"crosses": "stops beating the baseline at",
+                "below": "is slower than the baseline from the lowest",
+                "above": "beats the baseline at every"}.get(r["crossover_state"], "?")
+        out.append(f"crossover: {r['config']} {what} {kind} {est}{unit} {ci} "
+                   f"({r['loads_measured']} loads {lo:g}-{hi:g}{unit})")
+    return out
+
+
+def repeats_lines(rows: list[dict]) -> list[str]:
+    capped = [r for r in rows if r["repeats_status"] == "cap"]
+    if not capped:
+        return []
+    r0 = capped[0]
+    names = ", ".join(f"{r['config']} {level(r['concurrency'], r['request_rate'])} "
+                      f"(width {r['speedup_ci_width']:.1%})" for r in capped)
+    return [f"adaptive repeats stopped on the cap ({r0['max_repeats']} repeats) before the "
+            f"speedup interval was narrower than {r0['target_ci_width']:.0%}: {names}"]
+
+
+def category_table(rows: list[dict]) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left",
+              title="by prompt category: accept length, e2e speedup vs the baseline [95% CI]")
+    for h in ("category", "config", "load", "requests", "accept len", "e2e speedup"):
+        t.add_column(h, justify="left" if h in ("category", "config") else "right",
+                     no_wrap=True)
+    for r in rows:
+        if r["is_baseline"]:
+            continue
+        sp = "" if r["speedup_e2e"] is None else f"{r['speedup_e2e']:.2f}" + (
+            f" [{r['speedup_e2e_ci_low']:.2f}, {r['speedup_e2e_ci_high']:.2f}]"
+            if r["speedup_e2e_ci_low"] is not None else "")
+        t.add_row(r["category"], r["config"], level(r["concurrency"], r["request_rate"]),
+                  str(r["requests"]), "" if r["accept_len"] is None else f"{r['accept_len']:.2f}",
+                  sp)
+    return t
+
+
+def traffic_render(rep, con) -> None:
+    """Print the traffic part of a StatsReport on a rich console (nothing when it has none)."""
+    for s in dict.fromkeys(r["sweep_name"] for r in rep.configs.dicts()):
+        slo = [r for r in (rep.slo.dicts() if rep.slo else []) if r["sweep_name"] == s]
+        if slo:
+            con.print(goodput_table(slo))
+        lines = []
+        for res, fn in ((rep.max_rate, max_rate_lines), (rep.crossover, crossover_lines),
+                        (rep.repeats, repeats_lines)):
+            lines += fn([r for r in (res.dicts() if res else []) if r["sweep_name"] == s])
+        for line in lines:
+            con.print(line, markup=False, overflow="fold")
+        cats = [r for r in (rep.categories.dicts() if rep.categories else [])
+                if r["sweep_name"] == s and not r["is_baseline"]]
+        if len({r["category"] for r in cats}) > 1:
+            con.print(category_table(cats))

@@ -419,7 +419,9 @@ def upsert_run(con: duckdb.DuckDBPyConnection, run: dict) -> None:
     unknown = set(run) - set(cols)
     if unknown:
         raise ValueError(f"unknown run fields: {sorted(unknown)}")
-    existing = con.execute("SELECT * FROM runs WHERE run_id = ?", [run["run_id"]]).fetchone()
+    # by name: an upgraded database has its ALTER-added columns last, not in schema order
+    existing = con.execute(f"SELECT {', '.join(cols)} FROM runs WHERE run_id = ?",
+                           [run["run_id"]]).fetchone()
     merged = dict(zip(cols, existing)) if existing else {"created_at": dt.datetime.now()}
     merged.update(run)
     con.execute("DELETE FROM runs WHERE run_id = ?", [run["run_id"]])

@@ -30,11 +30,12 @@ if str(HERE) not in sys.path:
 import charts  # noqa: E402
 import queries as Q  # noqa: E402
 import schedule_view  # noqa: E402
+import traffic_view  # noqa: E402
 from reader import SQL_TIMEOUT_S, Reader, db_path, page_reader  # noqa: E402
 
 REFRESH_CHOICES = {"off": None, "2 s": 2, "5 s": 5, "10 s": 10, "30 s": 30}
 DEFAULT_REFRESH = "5 s"
-VIEW_NAMES = ["Compare", "Concurrency", "Pareto", "Time series", "Acceptance", "Findings", "SQL"]
+VIEW_NAMES = ["Compare", "Concurrency", "Traffic", "Pareto", "Time series", "Acceptance", "Findings", "SQL"]
 MAX_POINTS_PER_SERIES = 1500      # decode windows plotted per (run, DP rank); thinned beyond
 
 # The Compare table's columns: (column, label, README glossary term or own help text, shown by
@@ -140,8 +141,10 @@ def stats_frame(r: Reader, run_ids: tuple) -> pd.DataFrame:
     return df
 
 
-def _group_title(sweep, conc) -> str:
+def _group_title(sweep, conc, rate=None) -> str:
     where = f"sweep `{sweep}`" if pd.notna(sweep) else "ingested logs"
+    if pd.notna(rate):
+        return f"{where} · {rate:g} requests/s"
     return f"{where} · concurrency {int(conc)}" if pd.notna(conc) else where
 
 
@@ -181,13 +184,15 @@ def view_compare(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     if all_cols:
         hidden = {"config_shown", "verdict_shown", "speedup_text", "tok_s_text", "is_winner"}
         cols = cols + [c for c in table.columns if c not in cols and c not in hidden]
-    for (sweep, conc), g in table.groupby(["sweep_name", "concurrency"], dropna=False, sort=False):
+    table = table[~table["rate_search_only"].fillna(False).astype(bool)]   # in Traffic
+    for (sweep, conc, rate), g in table.groupby(["sweep_name", "concurrency", "request_rate"],
+                                                dropna=False, sort=False):
         note = g["winner_note"].dropna()
-        head = _group_title(sweep, conc)
+        head = _group_title(sweep, conc, rate)
         st.markdown(f"**{head}**" + (f" — {note.iloc[0]}" if len(note) else ""))
         g = g.assign(_last=g["verdict"] == "baseline").sort_values(
             ["_last", "speedup"], ascending=[True, False], na_position="last")
-        key = f"cmp_table_{sweep}_{conc}"
+        key = f"cmp_table_{sweep}_{conc}" + (f"_{rate:g}" if pd.notna(rate) else "")
         st.dataframe(g[cols], column_config=config, hide_index=True, placeholder="—",
                      height=min(38 + 35 * len(g), 400), key=key)
     st.download_button("Download CSV", table.drop(columns=["config_shown", "verdict_shown"])
@@ -553,7 +558,7 @@ def main() -> None:
         run_ids, refresh_s, runs_seen = sidebar(db)
         st.markdown("#### Speculative decoding: configs vs baseline")
         tabs = st.tabs(VIEW_NAMES, key="view", bind="query-params")
-        handlers = [view_compare, view_concurrency, view_pareto, view_timeseries, view_acceptance,
+        handlers = [view_compare, view_concurrency, traffic_view.view, view_pareto, view_timeseries, view_acceptance,
                     view_findings]
         for tab, handler in zip(tabs, handlers):
             if tab.open:

@@ -126,3 +126,24 @@ DEFAULT_SQL = """SELECT run_name, config_name, concurrency, accept_len, accept_r
   gen_throughput_tok_s, output_tok_s, speedup_gen, speedup_client, status
 FROM config_summary
 ORDER BY accept_len DESC NULLS LAST"""
+
+# The traffic view (issue 30; db/slo_views.py): per group under an SLO (goodput, margin, verdict)
+# and per config (max rate under the SLO, crossover load) of the selected runs' sweeps and
+# configs, and accept length / e2e speedup by prompt category.
+TRAFFIC_SLO = """
+SELECT * FROM group_slo
+WHERE group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
+ORDER BY sweep_name, config, concurrency NULLS LAST, request_rate
+"""
+TRAFFIC_PER_CONFIG = """
+SELECT * FROM {view}
+WHERE (sweep_name, config) IN (SELECT sweep_name, config_name FROM run_metrics
+                               WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
+ORDER BY ALL
+"""
+TRAFFIC_CATEGORIES = """
+SELECT * FROM category_stats
+WHERE group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
+  AND NOT is_baseline
+ORDER BY sweep_name, category, config, concurrency NULLS LAST, request_rate
+"""

@@ -238,9 +238,16 @@ def report(db, fmt, run, sweep, wide, output):
 
 
 @cli.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.argument("files", nargs=-1, type=click.Path())
 @db_option
-@click.option("--run", default=None, help="Run name (default: each file's name).")
+@click.option("--run", default=None, help="Run name (default: each file's name; an endpoint's "
+                                          "host:port for --metrics).")
+@click.option("--metrics", "metrics", multiple=True, metavar="URL",
+              help="Also follow this server's Prometheus /metrics page (http://host:port; SGLang "
+                   "needs --enable-metrics) into the metric_samples table. Repeatable; with no "
+                   "FILES, only the pages are followed.")
+@click.option("--metrics-interval", default=1.0, show_default=True, type=FiniteRange(0.05, 3600),
+              help="Seconds between two scrapes of each --metrics page.")
 @click.option("--poll-interval", default=0.25, show_default=True, type=FiniteRange(0.01, 60),
               help="Seconds between polls when file-system events are not delivered.")
 @click.option("--quiet", is_flag=True,
@@ -261,8 +268,8 @@ def report(db, fmt, run, sweep, wide, output):
               type=FiniteRange(0, 100, min_open=True),
               help="Warn when a DP rank's accept length is this fraction away from the other ranks'.")
 @click.option("--no-alerts", is_flag=True, help="Only ingest: no rules, no status lines.")
-def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
-         alert_trend_windows, alert_trend_drop, alert_rank_gap, no_alerts):
+def tail(files, db, run, metrics, metrics_interval, poll_interval, quiet, alert_accept_len,
+         alert_windows, alert_trend_windows, alert_trend_drop, alert_rank_gap, no_alerts):
     """Follow growing log files and ingest new complete lines as they appear, exactly once, across
     rotation (rename or copy-truncate), truncation and restarts, until SIGINT/SIGTERM. On a
     terminal it keeps one status line per file (windows stored, last accept length and rate, gen
@@ -271,11 +278,41 @@ def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
     disagreeing); warnings are stored in the `alerts` table.
 
     Example: specwatch tail /var/log/sglang/server.log --db runs.duckdb --run llama-eagle3
+    Example: specwatch tail server.log --metrics http://127.0.0.1:30000 --run llama-eagle3
     """
     from specwatch.logs import alerts
     from specwatch.logs import tail as tl
 
     import logging
+    import threading
+
+    if not files and not metrics:
+        raise click.UsageError("give log FILES to follow, --metrics URL, or both")
+    pages = None
+    if metrics:
+        from specwatch.run import load, metrics_tail
+        try:
+            pages = metrics_tail.MetricsTail(db, list(metrics), run, every_s=metrics_interval)
+        except load.LoadError as exc:
+            raise click.BadParameter(str(exc), param_hint="--metrics")
+        logging.getLogger("specwatch.run.metrics_tail").addHandler(logging.StreamHandler())
+    stop = threading.Event()
+    if not files:
+        import signal
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        try:
+            pages.run(stop)
+        except store.StoreError as exc:
+            raise click.ClickException(str(exc))
+        if not quiet:
+            click.echo(f"stored {pages.stored} /metrics samples from {pages.scrapes} scrapes",
+                       err=True)
+        return
+    pager = threading.Thread(target=pages.run, args=(stop,), name="metrics-tail",
+                             daemon=True) if pages else None
+    if pager is not None:
+        pager.start()
 
     rules = alerts.Rules(accept_len_min=alert_accept_len, windows=alert_windows,
                          trend_windows=alert_trend_windows, trend_drop_frac=alert_trend_drop,
@@ -288,9 +325,14 @@ def tail(files, db, run, poll_interval, quiet, alert_accept_len, alert_windows,
         tail_log.addHandler(board.handler())
         tail_log.propagate = False
     try:
-        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval, rules=rules, board=board)
+        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval, rules=rules, board=board,
+                  stop=stop)
     except store.StoreError as exc:
         raise click.ClickException(str(exc))
+    finally:
+        stop.set()
+        if pager is not None:
+            pager.join()
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

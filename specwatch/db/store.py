@@ -288,7 +288,9 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     # Runs at every write burst, while the lock is held: one cheap query when all is in place
     # (reading specwatch_meta directly takes ~0.5 ms; listing duckdb_tables() took ~5 ms).
     try:
-        version = con.execute("SELECT max(schema_version) FROM specwatch_meta").fetchone()[0]
+        # fetchall: a result left open (fetchone) makes the caller's next con.register fail
+        # with "connection has an unfinished result" (DuckDB 2.0)
+        version = con.execute("SELECT max(schema_version) FROM specwatch_meta").fetchall()[0][0]
     except duckdb.CatalogException:
         version = None
     else:

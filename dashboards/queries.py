@@ -144,6 +144,6 @@ ORDER BY ALL
 TRAFFIC_CATEGORIES = """
 SELECT * FROM category_stats
 WHERE group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
-  AND NOT is_baseline
+  AND NOT is_baseline AND NOT rate_search_only
 ORDER BY sweep_name, category, config, concurrency NULLS LAST, request_rate
 """

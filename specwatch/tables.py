@@ -408,6 +408,6 @@ def traffic_render(rep, con) -> None:
         for line in lines:
             con.print(line, markup=False, overflow="fold")
         cats = [r for r in (rep.categories.dicts() if rep.categories else [])
-                if r["sweep_name"] == s and not r["is_baseline"]]
+                if r["sweep_name"] == s and not r["is_baseline"] and not r["rate_search_only"]]
         if len({r["category"] for r in cats}) > 1:
             con.print(category_table(cats))

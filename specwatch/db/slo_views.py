@@ -45,7 +45,9 @@ config_max_rate (one row per sweep config with request-rate groups under an SLO)
 
 config_crossover (one row per sweep config and load kind, 'concurrency' or 'request_rate'): the
   load at which speculation stops beating the baseline. The curve ln(speedup) over the config's
-  loads (config_stats rows with a speedup), followed from the lowest load, first falls through 0;
+  loads (config_stats rows with a speedup; the sweep's own levels, not the rate search's rates:
+  those are placed for the SLO, not for the speedup), followed from the lowest load, first falls
+  through 0;
   linear interpolation on ln(load) gives crossover_load. Interval: the crossing of
   ln(speedup_ci_low) (falls first) to that of ln(speedup_ci_high). States as above, with
   'below' = slower than the baseline already at the lowest load, 'above' = faster at every load.
@@ -274,7 +276,7 @@ WITH {_CX} AS MATERIALIZED (
   SELECT sweep_name, config, 'request_rate', request_rate, speedup, speedup_ci_low,
     speedup_ci_high
   FROM config_stats WHERE NOT is_baseline AND speedup > 0 AND request_rate > 0
-    AND sweep_name IS NOT NULL
+    AND sweep_name IS NOT NULL AND NOT rate_search_only
 ), pt AS ({first_crossing_sql(_CX, _K, 'ln(load)', 'ln(speedup)', falling=True)}
 ), lo AS ({first_crossing_sql(_CX, _K, 'ln(load)', 'ln(speedup_ci_low)', falling=True)}
 ), hi AS ({first_crossing_sql(_CX, _K, 'ln(load)', 'ln(speedup_ci_high)', falling=True)}
@@ -340,7 +342,8 @@ WITH q AS (
   FROM acc a LEFT JOIN pair p USING (group_id, repeat_idx, category)
   GROUP BY ALL
 )
-SELECT g.sweep_name, g.config, g.concurrency, g.request_rate, g.is_baseline, per.group_id,
+SELECT g.sweep_name, g.config, g.concurrency, g.request_rate, g.is_baseline,
+  g.rate_search_only, per.group_id,
   per.category, per.repeats, per.requests, per.accept_len, per.speedup_repeats,
   exp(per.d_mean) AS speedup_e2e,
   exp({_ci('per.d_mean', 'per.d_sd', 'per.speedup_repeats', '-')}) AS speedup_e2e_ci_low,

@@ -328,8 +328,10 @@ def run_sweep(sweep: Sweep, db: str, out_dir: str, gpus: tuple[int, ...] | None 
                 if attach is None or c.name in attach]
         if not todo:
             break
-        progress.note("round", f"{sum(len(k) for _, k in todo)} more runs: the rate search's "
-                      "next rates and repeats whose speedup interval is still too wide")
+        why = [w for w, on in (("the rate search's next rate", sweep.traffic.rate_search),
+                               ("repeats whose speedup interval is still too wide",
+                                sweep.traffic.max_repeats)) if on]
+        progress.note("round", f"{sum(len(k) for _, k in todo)} more runs: {' or '.join(why)}")
         more = _run_round(sweep, db, out_dir, gpus, False, stop, progress, executor,
                           ray_address, attach, slurm_folder, todo)
         result.outcomes += more.outcomes

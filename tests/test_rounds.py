@@ -15,27 +15,27 @@ from test_slo_views import run, targets
 RS = traffic.RateSearch(min_rate=1.0, max_rate=16.0, steps=3, repeats=2)
 
 
-@pytest.mark.parametrize("margins,searched,want", [
-    ({1.0: -0.5}, 1, None),                                   # an end not measured yet: wait
-    ({1.0: -0.5, 16.0: 0.4}, 2, 4.0),                         # sqrt(1 * 16)
-    ({1.0: -0.5, 4.0: 0.1, 16.0: 0.4}, 3, 2.0),               # sqrt(1 * 4)
-    ({1.0: -0.5, 4.0: -0.1, 16.0: 0.4}, 3, 8.0),              # sqrt(4 * 16)
-    ({1.0: -0.5, 2.0: None, 16.0: 0.4}, 3, 1.41),             # every run at 2 failed: a miss
-    ({1.0: 0.2, 16.0: 0.4}, 2, None),                         # misses at the lowest: below
-    ({1.0: -0.2, 16.0: -0.1}, 2, None),                       # meets everywhere: above
-    ({1.0: -0.5, 4.0: -0.1, 16.0: 0.4}, 5, None),             # 2 + steps searched: done
-    ({1.0: -0.5, 1.01: 0.3, 16.0: 0.4}, 3, None),             # bracket within 2%: done
+@pytest.mark.parametrize("margins,bisected,want", [
+    ({1.0: -0.5}, 0, None),                                   # an end not measured yet: wait
+    ({1.0: -0.5, 16.0: 0.4}, 0, 4.0),                         # sqrt(1 * 16)
+    ({1.0: -0.5, 4.0: 0.1, 16.0: 0.4}, 1, 2.0),               # sqrt(1 * 4)
+    ({1.0: -0.5, 4.0: -0.1, 16.0: 0.4}, 1, 8.0),              # sqrt(4 * 16)
+    ({1.0: -0.5, 2.0: None, 16.0: 0.4}, 1, 1.41),             # every run at 2 failed: a miss
+    ({1.0: 0.2, 16.0: 0.4}, 0, None),                         # misses at the lowest: below
+    ({1.0: -0.2, 16.0: -0.1}, 0, None),                       # meets everywhere: above
+    ({1.0: -0.5, 4.0: -0.1, 16.0: 0.4}, 3, None),             # `steps` bisected: done
+    ({1.0: -0.5, 1.01: 0.3, 16.0: 0.4}, 1, None),             # bracket within 2%: done
     # the fixed list's rates narrow the bracket too; the first miss from the lowest counts
-    ({1.0: -0.5, 3.0: -0.2, 6.0: 0.2, 10.0: -0.1, 16.0: 0.4}, 2, 4.24),
+    ({1.0: -0.5, 3.0: -0.2, 6.0: 0.2, 10.0: -0.1, 16.0: 0.4}, 0, 4.24),
 ])
-def test_next_search_rate_bisects_the_first_bracket(margins, searched, want):
-    got = rounds.next_search_rate(margins, searched, RS)
+def test_next_search_rate_bisects_the_first_bracket(margins, bisected, want):
+    got = rounds.next_search_rate(margins, bisected, RS)
     assert got == (pytest.approx(want) if want is not None else None)
 
 
 def test_search_rates_have_three_significant_digits():
     rs = traffic.RateSearch(1.0, 10.0, 3, 1)
-    assert rounds.next_search_rate({1.0: -1, 10.0: 1}, 2, rs) == 3.16
+    assert rounds.next_search_rate({1.0: -1, 10.0: 1}, 0, rs) == 3.16
 
 
 SWEEP = """name = "ad"

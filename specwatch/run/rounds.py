@@ -10,7 +10,7 @@ rate: the first rate whose mean SLO margin is above 0 misses (a rate whose every
 misses too), the one before it meets; the next rate is their geometric mean (3 significant
 digits), measured with rate_search.repeats repeats. It stops when the lowest rate misses (the
 answer is below the range), none misses (above it), the two are within 2% of each other, or
-2 + steps rates have been searched.
+`steps` rates have been bisected (besides the two ends).
 
 Adaptive repeats (max_repeats, target_ci_width): every (config, load level) whose
 `group_repeats.repeats_status` is 'more' gets its next repeat index, together with its
@@ -45,11 +45,12 @@ def plan_keys(sweep: Sweep) -> list[RunKey]:
     return keys
 
 
-def next_search_rate(margins: dict[float, float | None], searched: int,
+def next_search_rate(margins: dict[float, float | None], bisected: int,
                      rs: traffic.RateSearch) -> float | None:
     """The next rate to search, from {rate: mean SLO margin (None: every run failed)} of the
-    rates measured so far, and how many the search itself has measured; None when done."""
-    if any(r not in margins for r in (rs.min_rate, rs.max_rate)) or searched >= 2 + rs.steps:
+    rates measured so far, and how many the search has bisected (ends not counted); None when
+    done."""
+    if any(r not in margins for r in (rs.min_rate, rs.max_rate)) or bisected >= rs.steps:
         return None
     rates = sorted(margins)
     miss = next((i for i, r in enumerate(rates) if margins[r] is None or margins[r] > 0), None)
@@ -89,9 +90,10 @@ def next_round(sweep: Sweep, db: str) -> list[tuple[Config, list[RunKey]]]:
             for name, margins in per.items():
                 if name not in by_name:
                     continue
-                nxt = next_search_rate(margins, len(searched.get(name, ())), rs)
+                bisected = len(searched.get(name, set()) - {rs.min_rate, rs.max_rate})
+                nxt = next_search_rate(margins, bisected, rs)
                 if nxt is not None:
-                    step = len(searched.get(name, ())) - 1
+                    step = bisected + 1
                     todo.setdefault(name, []).extend(
                         RunKey(None, r, nxt, search_step=step) for r in range(rs.repeats))
         if t.max_repeats is not None:

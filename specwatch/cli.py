@@ -211,20 +211,13 @@ def report(db, fmt, run, sweep, wide, output):
     from specwatch import tables
 
     if fmt == "html":
-        try:
-            from specwatch import report_html
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise click.ClickException("--format html draws its plots with matplotlib, which is "
-                                       "not installed: pip install 'specwatch[report]'")
+        from specwatch import report_html
         try:
             page = report_html.write(db, output, run=run, sweep=sweep)
-        except (q.QueryError, store.StoreError) as exc:
+        except (q.QueryError, store.StoreError, report_html.NoMatplotlib) as exc:
             raise click.ClickException(str(exc))
-        if output is None:
-            click.echo(page)
-        else:
-            click.echo(f"wrote {output} ({len(page.encode()) / 1024:.0f} KB)", err=True)
+        click.echo(page) if output is None else click.echo(
+            f"wrote {output} ({len(page.encode()) / 1024:.0f} KB)", err=True)
         return
     try:
         rep = q.stats_report(db, run=run, sweep=sweep)
@@ -243,9 +236,8 @@ def report(db, fmt, run, sweep, wide, output):
 @click.option("--run", default=None, help="Run name (default: each file's name; an endpoint's "
                                           "host:port for --metrics).")
 @click.option("--metrics", "metrics", multiple=True, metavar="URL",
-              help="Also follow this server's Prometheus /metrics page (http://host:port; SGLang "
-                   "needs --enable-metrics) into the metric_samples table. Repeatable; with no "
-                   "FILES, only the pages are followed.")
+              help="Also follow this server's /metrics page (http://host:port; SGLang needs "
+                   "--enable-metrics) into metric_samples. Repeatable; no FILES: pages only.")
 @click.option("--metrics-interval", default=1.0, show_default=True, type=FiniteRange(0.05, 3600),
               help="Seconds between two scrapes of each --metrics page.")
 @click.option("--poll-interval", default=0.25, show_default=True, type=FiniteRange(0.01, 60),
@@ -284,7 +276,6 @@ def tail(files, db, run, metrics, metrics_interval, poll_interval, quiet, alert_
     from specwatch.logs import tail as tl
 
     import logging
-    import threading
 
     if not files and not metrics:
         raise click.UsageError("give log FILES to follow, --metrics URL, or both")
@@ -296,24 +287,13 @@ def tail(files, db, run, metrics, metrics_interval, poll_interval, quiet, alert_
         except load.LoadError as exc:
             raise click.BadParameter(str(exc), param_hint="--metrics")
         logging.getLogger("specwatch.run.metrics_tail").addHandler(logging.StreamHandler())
-    stop = threading.Event()
-    if not files:
-        import signal
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        try:
-            pages.run(stop)
-        except store.StoreError as exc:
-            raise click.ClickException(str(exc))
-        if not quiet:
-            click.echo(f"stored {pages.stored} /metrics samples from {pages.scrapes} scrapes",
-                       err=True)
-        return
-    pager = threading.Thread(target=pages.run, args=(stop,), name="metrics-tail",
-                             daemon=True) if pages else None
-    if pager is not None:
-        pager.start()
-
+        if not files:
+            try:
+                metrics_tail.alongside(pages, None)
+            except store.StoreError as exc:
+                raise click.ClickException(str(exc))
+            return click.echo(f"stored {pages.stored} /metrics samples ({pages.scrapes} "
+                              "scrapes)", err=True) if not quiet else None
     rules = alerts.Rules(accept_len_min=alert_accept_len, windows=alert_windows,
                          trend_windows=alert_trend_windows, trend_drop_frac=alert_trend_drop,
                          rank_gap_frac=alert_rank_gap)
@@ -324,15 +304,13 @@ def tail(files, db, run, metrics, metrics_interval, poll_interval, quiet, alert_
     if board is not None and board.tty:   # log lines go above the status lines, not through them
         tail_log.addHandler(board.handler())
         tail_log.propagate = False
+    def follow(stop):
+        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval, rules=rules,
+                  board=board, stop=stop)
     try:
-        tl.follow(db, list(files), run=run, poll_interval_s=poll_interval, rules=rules, board=board,
-                  stop=stop)
+        metrics_tail.alongside(pages, follow) if pages else follow(None)
     except store.StoreError as exc:
         raise click.ClickException(str(exc))
-    finally:
-        stop.set()
-        if pager is not None:
-            pager.join()
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

@@ -4,12 +4,12 @@ One file, nothing fetched when it is opened (inline CSS, plots as inline SVG dra
 no scripts, fonts or images from elsewhere), a few hundred KB for the example sweep. Per sweep:
 
   - the verdict table (config_stats through query.stats_report, cells formatted as the terminal
-    table's: tables.py), the winner per concurrency, and the reasons `specwatch doctor` gives for
+    table's: tables.py), the winner per load level, and the reasons `specwatch doctor` gives for
     the configs in it (doctor.diagnose: code, severity, title, evidence numbers, next step);
-  - plots: speedup by concurrency with its 95% interval (bars), accept length by concurrency
-    with its range over repeats, the Pareto of per-user tok/s against total tok/s with the
+  - plots: speedup by load (concurrency or request rate) with its 95% interval, accept length
+    by load with its range over repeats, the Pareto of per-user tok/s against total tok/s with the
     frontier marked (config_verdicts.pareto_frontier), and per-config time series of the first
-    repeat at each concurrency: decode windows' accept length and gen throughput, the /metrics
+    repeat at each load level: decode windows' accept length and gen throughput, the /metrics
     gauge sglang:spec_accept_length and the GPU power NVML sampled, where stored;
   - the environment fingerprint: engine, model and draft (paths, architecture, depth, the draft
     weights' sha1), SGLang version, hosts, GPUs, energy method, server flags, the sampling
@@ -79,11 +79,11 @@ def _scope(run: str | None, sweep: str | None, alias: str = "") -> tuple[str, li
 
 
 def _series_runs(db, run, sweep) -> list[dict]:
-    """The first repeat of each (sweep, config, concurrency) in scope: the runs plotted over time."""
+    """The first repeat of each (sweep, config, load level) in scope: the runs plotted over time."""
     cond, params = _scope(run, sweep, "m")
     return _rows(db, f"""
         SELECT DISTINCT ON (m.sweep_name, m.group_id) m.run_id, m.sweep_name,
-          coalesce(m.config_name, m.run_name) AS config, m.concurrency
+          coalesce(m.config_name, m.run_name) AS config, m.concurrency, m.request_rate
         FROM run_metrics m{cond}
         ORDER BY m.sweep_name, m.group_id, m.repeat_idx NULLS FIRST, m.run_id""", params)
 
@@ -165,12 +165,26 @@ def _color(configs: list[str]) -> dict[str, str]:
     return {c: COLORS[i % len(COLORS)] for i, c in enumerate(configs)}
 
 
-def _conc_axis(ax, concs) -> None:
-    concs = sorted({c for c in concs if c is not None})
-    if concs and concs[-1] / max(concs[0], 1) >= 4:
+def _load_key(rows: list[dict]) -> str:
+    """The load axis of a sweep's groups: concurrency, or the request rate for open-loop sweeps."""
+    n_c = sum(r["concurrency"] is not None for r in rows)
+    n_r = sum(r.get("request_rate") is not None for r in rows)
+    return "request_rate" if n_r > n_c else "concurrency"
+
+
+def _load_axis(ax, values, key: str) -> None:
+    values = sorted({v for v in values if v is not None})
+    if values and values[0] > 0 and values[-1] / values[0] >= 4:
         ax.set_xscale("log", base=2)
-    ax.set_xticks(concs, [str(c) for c in concs])
-    ax.set_xlabel("concurrency")
+    ax.set_xticks(values, [f"{v:g}" for v in values])
+    ax.set_xlabel("concurrency" if key == "concurrency" else "request rate (req/s)")
+
+
+def _by_load(rows: list[dict], have: str) -> tuple[str, list[dict]]:
+    """(load key, the groups with `have` and a load level, the rate search's own rates left out)."""
+    key = _load_key(rows)
+    return key, [r for r in rows if r[have] is not None and r.get(key) is not None
+                 and not r.get("rate_search_only")]
 
 
 def _pos(v: list[float]) -> list[float]:
@@ -179,14 +193,13 @@ def _pos(v: list[float]) -> list[float]:
 
 
 def plot_speedup(rows: list[dict], color: dict) -> str | None:
-    spec = [r for r in rows if not r["is_baseline"] and r["speedup"] is not None
-            and r["concurrency"] is not None]
+    key, spec = _by_load([r for r in rows if not r["is_baseline"]], "speedup")
     if not spec:
         return None
     fig, ax = _figure()
     for cfg in dict.fromkeys(r["config"] for r in spec):
-        mine = sorted((r for r in spec if r["config"] == cfg), key=lambda r: r["concurrency"])
-        x = [r["concurrency"] for r in mine]
+        mine = sorted((r for r in spec if r["config"] == cfg), key=lambda r: r[key])
+        x = [r[key] for r in mine]
         y = [r["speedup"] for r in mine]
         lo = [r["speedup"] - r["speedup_ci_low"] if r["speedup_ci_low"] is not None else 0
               for r in mine]
@@ -195,7 +208,7 @@ def plot_speedup(rows: list[dict], color: dict) -> str | None:
         ax.errorbar(x, y, yerr=[_pos(lo), _pos(hi)], marker="o", capsize=3, label=cfg,
                     color=color[cfg])
     ax.axhline(1.0, color="#444", linestyle="--", linewidth=1)
-    _conc_axis(ax, [r["concurrency"] for r in spec])
+    _load_axis(ax, [r[key] for r in spec], key)
     ax.set_ylabel("speedup over baseline (×)")
     ax.set_title("Speedup by load, 95% interval", fontsize=11)
     ax.legend(fontsize=8)
@@ -204,20 +217,20 @@ def plot_speedup(rows: list[dict], color: dict) -> str | None:
 
 
 def plot_accept_len(rows: list[dict], color: dict) -> str | None:
-    spec = [r for r in rows if r["accept_len"] is not None and r["concurrency"] is not None]
+    key, spec = _by_load(rows, "accept_len")
     if not spec:
         return None
     fig, ax = _figure()
     for cfg in dict.fromkeys(r["config"] for r in spec):
-        mine = sorted((r for r in spec if r["config"] == cfg), key=lambda r: r["concurrency"])
+        mine = sorted((r for r in spec if r["config"] == cfg), key=lambda r: r[key])
         y = [r["accept_len"] for r in mine]
         lo = [r["accept_len"] - (r["accept_len_min"] if r["accept_len_min"] is not None
                                  else r["accept_len"]) for r in mine]
         hi = [(r["accept_len_max"] if r["accept_len_max"] is not None else r["accept_len"])
               - r["accept_len"] for r in mine]
-        ax.errorbar([r["concurrency"] for r in mine], y, yerr=[_pos(lo), _pos(hi)], marker="o",
+        ax.errorbar([r[key] for r in mine], y, yerr=[_pos(lo), _pos(hi)], marker="o",
                     capsize=3, label=cfg, color=color[cfg])
-    _conc_axis(ax, [r["concurrency"] for r in spec])
+    _load_axis(ax, [r[key] for r in spec], key)
     ax.set_ylabel("accept length (tokens / verify)")
     ax.set_title("Accept length by load, range over repeats", fontsize=11)
     ax.legend(fontsize=8)
@@ -226,12 +239,14 @@ def plot_accept_len(rows: list[dict], color: dict) -> str | None:
 
 
 def plot_pareto(rows: list[dict], color: dict) -> str | None:
-    pts = [r for r in rows if r["per_user_tok_s"] is not None and r["output_tok_s_mean"] is not None]
+    pts = [r for r in rows
+           if r["per_user_tok_s"] is not None and r["output_tok_s_mean"] is not None]
     if not pts:
         return None
     fig, ax = _figure()
     for cfg in dict.fromkeys(r["config"] for r in pts):
-        mine = sorted((r for r in pts if r["config"] == cfg), key=lambda r: r["concurrency"] or 0)
+        mine = sorted((r for r in pts if r["config"] == cfg),
+                      key=lambda r: (r["concurrency"] or 0, r.get("request_rate") or 0))
         ax.plot([r["output_tok_s_mean"] for r in mine], [r["per_user_tok_s"] for r in mine],
                 color=color[cfg], linewidth=1, label=cfg)
         for r in mine:
@@ -239,7 +254,8 @@ def plot_pareto(rows: list[dict], color: dict) -> str | None:
             ax.scatter([r["output_tok_s_mean"]], [r["per_user_tok_s"]], marker="D",
                        s=36 if front else 22, color=color[cfg] if front else "white",
                        edgecolors=color[cfg], zorder=3)
-            ax.annotate(f"c{r['concurrency']}", (r["output_tok_s_mean"], r["per_user_tok_s"]),
+            ax.annotate(tables.level(r["concurrency"], r.get("request_rate")),
+                        (r["output_tok_s_mean"], r["per_user_tok_s"]),
                         fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("total output tok/s (mean over repeats)")
     ax.set_ylabel("per-user tok/s (1000 / median TPOT)")
@@ -251,7 +267,7 @@ def plot_pareto(rows: list[dict], color: dict) -> str | None:
 
 def plot_series(series: list[dict], windows: list[dict], samples: list[dict], color: dict,
                 column: str, title: str, ylabel: str, source: str = "windows") -> list[str]:
-    """One plot per concurrency: `column` over time, one line per config (its first repeat)."""
+    """One plot per load level: `column` over time, one line per config (its first repeat)."""
     out = []
     data = windows if source == "windows" else [s for s in samples if s["name"] == column]
     key = column if source == "windows" else "value"
@@ -259,8 +275,10 @@ def plot_series(series: list[dict], windows: list[dict], samples: list[dict], co
     for w in data:
         if w[key] is not None:
             by_run.setdefault(w["run_id"], []).append(w)
-    for conc in sorted({s["concurrency"] for s in series}, key=lambda c: (c is None, c)):
-        runs = [s for s in series if s["concurrency"] == conc and s["run_id"] in by_run]
+    loads = {(s["concurrency"], s["request_rate"]) for s in series}
+    for load in sorted(loads, key=lambda lv: tuple((x is None, x or 0) for x in lv)):
+        runs = [s for s in series if (s["concurrency"], s["request_rate"]) == load
+                and s["run_id"] in by_run]
         runs = runs[:MAX_SERIES]
         if not runs:
             continue
@@ -275,7 +293,7 @@ def plot_series(series: list[dict], windows: list[dict], samples: list[dict], co
         ax.set_xlabel("seconds since the run's first decode window" if source == "windows"
                       else "seconds since the run's load began")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{title} · " + (f"concurrency {conc}" if conc is not None
+        ax.set_title(f"{title} · " + (tables.level(*load) if load != (None, None)
                                       else "ingested logs"), fontsize=11)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
@@ -287,20 +305,15 @@ def plot_series(series: list[dict], windows: list[dict], samples: list[dict], co
 
 def _verdict_table(rows: list[dict]) -> str:
     energy = any(r.get("joules_per_output_token_mean") is not None for r in rows)
-    heads = ["config", "c", "n", "accept len", "accept rate", "tok/s ± 95%"] + (
+    heads = ["config", "load", "n", "accept len", "accept rate", "tok/s ± 95%"] + (
         ["mJ/tok (vs baseline)"] if energy else []) + ["speedup [95% CI]", "verdict", "why"]
-    out = ["<table><tr>" + "".join(f'<th class="{"l" if h in ("config", "verdict", "why") else ""}">'
-                                   f"{esc(h)}</th>" for h in heads) + "</tr>"]
+    left = ("config", "verdict", "why")
+    out = ["<table><tr>" + "".join(f'<th class="{"l" if h in left else ""}">{esc(h)}</th>'
+                                   for h in heads) + "</tr>"]
     for r in rows:
-        cells = [r["config"] + ("" if r["baseline_match"] in tables.TRUSTED_MATCHES else " †"),
-                 r["concurrency"], r["repeats"] or r.get("gen_repeats") or 0, tables._al_cell(r),
-                 "" if r["accept_rate"] is None else f"{r['accept_rate']:.2f}",
-                 tables.tok_s_cell(r["output_tok_s_mean"], r["output_tok_s_ci_low"],
-                                   r["output_tok_s_ci_high"])]
-        if energy:
-            cells.append(tables.energy_cell(r))
-        cells.append(tables.speedup_cell(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"],
-                                         r["speedup_basis"]))
+        # the terminal table's cells (load level: concurrency or request rate), full names here
+        cells = tables._cells(r, energy)[:-1]
+        cells[0] = r["config"] + ("" if r["baseline_match"] in tables.TRUSTED_MATCHES else " †")
         v = r["verdict"] or ""
         out.append("<tr>" + "".join(f"<td{' class=l' if i == 0 else ''}>{esc(c)}</td>"
                                     for i, c in enumerate(cells))
@@ -380,8 +393,8 @@ def render(db: str | Path, run: str | None = None, sweep: str | None = None) -> 
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              "<title>specwatch report</title>", f"<style>{CSS}</style></head><body>",
              "<h1>specwatch: speculative decoding vs baseline</h1>",
-             f'<p class="muted">{esc(Path(str(db)).name)} · written {esc(now)} · {esc(_versions())}'
-             "</p>"]
+             f'<p class="muted">{esc(Path(str(db)).name)} · written {esc(now)} · '
+             f"{esc(_versions())}</p>"]
     if not rep.configs.rows:
         parts.append("<p>No runs stored yet: run <code>specwatch run-sweep SWEEP.toml</code> or "
                      "<code>specwatch ingest LOG</code> first.</p></body></html>")
@@ -405,7 +418,8 @@ def render(db: str | Path, run: str | None = None, sweep: str | None = None) -> 
         fs = [f for f in findings if f.run_id in mine_runs]
         if fs:
             parts.append(f"<h3>What doctor says ({len(fs)})</h3>" + _findings(fs, groups))
-        plots = [plot_speedup(vmine, color), plot_accept_len(vmine, color), plot_pareto(vmine, color)]
+        plots = [plot_speedup(vmine, color), plot_accept_len(vmine, color),
+                 plot_pareto(vmine, color)]
         ser = [s for s in series if s["sweep_name"] == name]
         plots += plot_series(ser, windows, samples, color, "accept_len", "Accept length over time",
                              "accept length (decode windows)")
@@ -428,9 +442,18 @@ def render(db: str | Path, run: str | None = None, sweep: str | None = None) -> 
     return "\n".join(parts)
 
 
+class NoMatplotlib(RuntimeError):
+    """The plots need matplotlib (the optional extra `report`)."""
+
+
 def write(db: str | Path, out: str | Path | None, run: str | None = None,
           sweep: str | None = None) -> str:
     """Render and write to `out` (atomic replace); returns the page."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise NoMatplotlib("--format html draws its plots with matplotlib, which is not "
+                           "installed: pip install 'specwatch[report]'") from None
     page = render(db, run=run, sweep=sweep)
     if out is not None:
         out = Path(out)

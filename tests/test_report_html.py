@@ -112,7 +112,7 @@ def test_verdict_table_energy_reasons_and_environment(page_file):
     text = out.read_text(encoding="utf-8")
     rows = _table_rows(text, SWEEP)
     head, body = rows[0], rows[1:]
-    assert head[:6] == ["config", "c", "n", "accept len", "accept rate", "tok/s ± 95%"]
+    assert head[:6] == ["config", "load", "n", "accept len", "accept rate", "tok/s ± 95%"]
     assert "mJ/tok (vs baseline)" in head and head[-2:] == ["verdict", "why"]
     # every (config, concurrency) of the sweep, with the verdict config_stats gives it
     want = {(r["config"], str(r["concurrency"])): r["verdict"] for r in query.run_sql(
@@ -206,5 +206,5 @@ def test_page_renders_offline_in_the_real_browser(page_file):
     for d in drawn:
         assert d["w"] > 200 and d["h"] > 120 and d["marks"] > 20, d
     titles = " ".join(d["title"] for d in drawn)
-    for t in ("Speedup by load", "Latency vs throughput", "GPU power", "concurrency"):
+    for t in ("Speedup by load", "Latency vs throughput", "GPU power", "c=1", "c=4"):
         assert t in titles, t

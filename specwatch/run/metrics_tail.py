@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import signal
 import threading
 import time
+from typing import Callable
 
 from specwatch.db import schema, store
 from specwatch.logs import ingest
@@ -93,3 +95,26 @@ class MetricsTail:
                     break
         finally:
             self.flush(force=True)
+
+
+def alongside(pages: MetricsTail, follow_log: Callable[[threading.Event], None] | None) -> None:
+    """Run `pages` until `follow_log(stop)` (tail's log half, run in this thread: it handles
+    SIGINT/SIGTERM and returns once `stop` is set) returns; without a log half, until
+    SIGINT/SIGTERM. The pages' last rows are written before this returns."""
+    stop = threading.Event()
+    if follow_log is None:
+        restore = {sig: signal.signal(sig, lambda *_: stop.set())
+                   for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            pages.run(stop)
+        finally:
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+        return
+    pager = threading.Thread(target=pages.run, args=(stop,), name="metrics-tail", daemon=True)
+    pager.start()
+    try:
+        follow_log(stop)
+    finally:
+        stop.set()
+        pager.join()

@@ -7,8 +7,9 @@ delta between them is the run's own. `stop()` returns `Sampled`: the `metric_sam
 run_id) and the energy columns for the `runs` row. Measuring never writes the store; the writer
 stores the rows (writer._write).
 
-Which samples are kept: every counter and gauge the engine names in its own namespace (a name with
-a `:`, as `sglang:spec_accept_length`, `sglang:spec_num_steps`, `vllm:spec_decode_num_drafts_total`),
+Which samples are kept: every counter and gauge the engine names in its own namespace (a name
+with a `:`, as `sglang:spec_accept_length`, `sglang:spec_num_steps`,
+`vllm:spec_decode_num_drafts_total`),
 without histogram buckets and `_created` timestamps; NVML's as `nvml:gpu_power_w` and
 `nvml:gpu_energy_j` (the counter, J since the driver loaded) with label `gpu`. A server without
 `/metrics` (SGLang without `--enable-metrics`) gives no /metrics rows: `metrics_error` says why

@@ -80,7 +80,7 @@ def failed_result(job: ConfigJob, status: str, reason: str) -> ConfigResult:
         row = {**base_row(job, k, i), "status": status, "failure_reason": reason,
                "ended_at": dt.datetime.now()}
         runs.append(RunResult(row["run_id"], k.concurrency, k.repeat_idx, status, reason,
-                              row=row))
+                              row=row, request_rate=k.request_rate))
     return ConfigResult(job.config.name, job.sweep.name, status, reason, runs=runs)
 
 

@@ -467,8 +467,8 @@ def _unplaceable(db: str, job: ConfigJob, n: int) -> ConfigResult:
             for i, k in enumerate(job.runs)]
     writer.store_rows(db, rows)
     return ConfigResult(c.name, job.sweep.name, "failed", reason, runs=[
-        RunResult(r["run_id"], r["concurrency"], r["repeat_idx"], "failed", reason, row=r)
-        for r in rows])
+        RunResult(r["run_id"], r["concurrency"], r["repeat_idx"], "failed", reason, row=r,
+                  request_rate=r["request_rate"]) for r in rows])
 
 
 # ------------------------------------------------------------------------------- entry

@@ -3,7 +3,9 @@
 Prompts come from a built-in set (`specwatch/run/workloads/*.jsonl`), a JSONL file or a ShareGPT file,
 and are sampled with the workload's seed, so every config sees the same requests. How one request
 is sent and timed (TTFT, ITL, TPOT, E2E; SGLang's `/generate` or the OpenAI `/v1/completions`)
-is `client.send`'s job; this module decides which requests are sent when.
+is `client.send`'s job; this module decides which requests are sent when: closed loop (at most
+`concurrency` in flight) or open loop (each at its arrival time, `arrivals`), recording every
+request's send time and, open loop, the time it was due.
 
 Failures are data: an HTTP error, a refused connection or a timeout becomes a row with `success =
 False` and the error text. `probe()` sends one request first and fails fast when the server cannot

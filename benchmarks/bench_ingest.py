@@ -4,6 +4,8 @@ straightforward library baseline (polars regex extraction into DuckDB; DuckDB's 
 Every method runs as its own process on the same file in the same run, interleaved, so the ratios
 are meaningful on a noisy machine; absolute seconds are not. Rows stored are checked against the
 generator's counts. Peak RSS is measured at two file sizes (flat in size is the target).
+`--captured` also ingests the same log as `docker compose logs` prints it (every line prefixed
+`sglang-1  | `; issue 28: a capture prefix is read natively too), beside grep on that file.
 Prints a table: method, lines, wall s, ratio to grep, peak RSS, rows stored.
 
     python benchmarks/bench_ingest.py --lines 2000000 --repeats 2
@@ -24,12 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def generate(path: Path, n: int, seed: int = 0) -> None:
-    """~85% decode lines (two DP ranks), ~10% prefill, ~5% noise, like a busy 0.5.2x server."""
+def generate(path: Path, n: int, seed: int = 0, prefix: str = "") -> None:
+    """~85% decode lines (two DP ranks), ~10% prefill, ~5% noise, like a busy 0.5.2x server;
+    `prefix` before every line (a capture path's, e.g. docker compose's `sglang-1  | `)."""
     rng = random.Random(seed)
     t0 = dt.datetime(2026, 10, 31, 8)
     with open(path, "w") as f:
-        f.write("[2026-10-31 08:00:00] server_args={'model_path': '/models/Llama-3.1-8B-Instruct', "
+        f.write(prefix + "[2026-10-31 08:00:00] server_args={'model_path': '/models/Llama-3.1-8B-Instruct', "
                 "'tp_size': 2, 'dp_size': 2, 'speculative_algorithm': 'EAGLE3', "
                 "'speculative_num_steps': 3, 'speculative_eagle_topk': 1, "
                 "'speculative_num_draft_tokens': 4, 'decode_log_interval': 40}\n")
@@ -54,9 +57,9 @@ def generate(path: Path, n: int, seed: int = 0) -> None:
                 buf.append(f"[{ts}] INFO:     127.0.0.1:{rng.randint(30000, 60000)} - "
                            "\"POST /generate HTTP/1.1\" 200 OK\n")
             if len(buf) >= 50_000:
-                f.writelines(buf)
+                f.writelines(prefix + b for b in buf)
                 buf.clear()
-        f.writelines(buf)
+        f.writelines(prefix + b for b in buf)
 
 
 # The library baselines: what one would write with polars or DuckDB alone (regex per field,
@@ -196,6 +199,8 @@ def main() -> None:
     ap.add_argument("--large-copies", type=int, default=4,
                     help="also ingest the file repeated this many times (0: skip), for peak RSS")
     ap.add_argument("--skip-baselines", action="store_true")
+    ap.add_argument("--captured", action="store_true",
+                    help="also the same log with a docker compose prefix on every line")
     ap.add_argument("--also-tree", type=Path, default=None,
                     help="another checkout (e.g. a `git worktree` of the base commit): its "
                          "`specwatch ingest` runs interleaved with this one's, for before/after")
@@ -215,6 +220,13 @@ def main() -> None:
         want, want_small = count_rows(log), count_rows(small)
         size_mb = log.stat().st_size / 1e6
         methods = [("grep -c", lambda db: ["grep", "-c", "Decode batch", str(log)], None)]
+        if args.captured:
+            clog = Path(d) / "compose.log"
+            generate(clog, args.lines, prefix="sglang-1  | ")
+            methods += [("grep -c (compose)",
+                         lambda db: ["grep", "-c", "Decode batch", str(clog)], None),
+                        ("sw (compose)", lambda db: [py, "-m", "specwatch.cli", "ingest", str(clog),
+                                                     "--db", str(db)], "db")]
         if not args.skip_baselines:
             methods += [("polars regex", lambda db: [py, "-c", POLARS, str(log), str(db)], "print"),
                         ("duckdb regexp", lambda db: [py, "-c", DUCKDB, str(log), str(db)], "print")]
@@ -262,26 +274,42 @@ def main() -> None:
             big.unlink()
             (Path(d) / "large.duckdb").unlink()
         grep = statistics.median(w for w, _, _ in results["grep -c"])
+        if args.captured:  # the compose rows are compared with grep on the compose file
+            cgrep = statistics.median(w for w, _, _ in results["grep -c (compose)"])
         print(f"commit {commit()}{f' (vs {list(other)[0]})' if other else ''}, device: {os.cpu_count()} CPU cores (this host, shared), no weights")
         print(f"file: {args.lines} lines, {size_mb:.0f} MB, {want} decode+prefill lines expected")
-        print(f"{'method':<15} {'wall_s (each rep)':<22} {'median':>8} {'x grep':>7} "
+        print(f"{'method':<17} {'wall_s (each rep)':<22} {'median':>8} {'x grep':>7} "
               f"{'peak_rss_mb':>12} {'rows':>9} {'rows ok':>8}")
         for name, runs in results.items():
             walls = [w for w, _, _ in runs]
             med = statistics.median(walls)
-            rows_ok = all(r == want for _, _, r in runs) if name != "grep -c" else True
-            print(f"{name:<15} {' '.join(f'{w:.2f}' for w in walls):<22} {med:>8.2f} "
-                  f"{med / grep:>7.1f} {max(r for _, r, _ in runs):>12.0f} {runs[0][2]:>9} "
+            rows_ok = all(r == want for _, _, r in runs) if not name.startswith("grep") else True
+            base = cgrep if "compose" in name else grep
+            print(f"{name:<17} {' '.join(f'{w:.2f}' for w in walls):<22} {med:>8.2f} "
+                  f"{med / base:>7.1f} {max(r for _, r, _ in runs):>12.0f} {runs[0][2]:>9} "
                   f"{str(rows_ok):>8}")
-        print(f"{'specwatch 1/4':<15} {swall:<22.2f} {swall:>8.2f} {'':>7} {srss:>12.0f} "
+        print(f"{'specwatch 1/4':<17} {swall:<22.2f} {swall:>8.2f} {'':>7} {srss:>12.0f} "
               f"{srows:>9} {str(srows == want_small):>8}")
         if large is not None:
-            print(f"{f'specwatch x{args.large_copies}':<15} {large[0]:<22.2f} {large[0]:>8.2f} "
+            print(f"{f'specwatch x{args.large_copies}':<17} {large[0]:<22.2f} {large[0]:>8.2f} "
                   f"{'':>7} {large[1]:>12.0f} {large[2]:>9} {str(large[2] == want * args.large_copies):>8}")
         best = min(w for w, _, _ in results["specwatch"]) / min(w for w, _, _ in results["grep -c"])
         fl = min(w for w, _, _ in results[floor]) / min(w for w, _, _ in results["grep -c"])
         print(f"specwatch best/best ratio {best:.1f}x grep (target <= 8x); storing the same rows "
               f"alone (store floor, best) is {fl:.1f}x grep")
+        ratios = [w / g for (w, _, _), (g, _, _) in zip(results["specwatch"], results["grep -c"])]
+        print(f"specwatch / grep per repeat (same repeat, interleaved): "
+              f"{' '.join(f'{r:.1f}' for r in ratios)}; median {statistics.median(ratios):.1f}x, "
+              f"range {min(ratios):.1f}-{max(ratios):.1f}x")
+        pol = results.get("polars regex")
+        if pol:
+            pr = [w / p for (w, _, _), (p, _, _) in zip(results["specwatch"], pol)]
+            print(f"specwatch / polars per repeat: {' '.join(f'{r:.2f}' for r in pr)}")
+        if args.captured:
+            cr = [w / g for (w, _, _), (g, _, _) in
+                  zip(results["sw (compose)"], results["grep -c (compose)"])]
+            print(f"specwatch on the compose-prefixed log / grep on it, per repeat: "
+                  f"{' '.join(f'{r:.1f}' for r in cr)}")
         print("# store floor: wall_s is the insert + commit + close inside its process (rows read "
               "back from specwatch's database beforehand, untimed); peak_rss includes those rows")
 

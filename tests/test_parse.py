@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from specwatch.logs import formats, parse
+from specwatch.logs import formats, parse, values
 
 
 def test_declared_samples_pass_and_cover_every_kind():
@@ -39,7 +39,7 @@ def test_format_without_samples_is_an_error(tmp_path):
                                                                  "per_position_acceptance_rate"),
 ])
 def test_printed_keys_normalise_to_field_names(printed, name):
-    assert parse.normalize_key(printed) == name
+    assert values.normalize_key(printed) == name
 
 
 def test_fields_are_parsed_by_key_not_position():
@@ -52,7 +52,7 @@ def test_unknown_keys_are_kept_and_typed_by_shape():
     r = parse.parse_line("[2026-01-01 00:00:00] Decode batch, #running-req: 3, new thing: 4, "
                          "other: 1.5%, flag: True, label: abc, gen throughput (token/s): 1.00, #queue-req: 0")
     assert r.fields["new_thing"] == 4
-    assert r.fields["other"] == 1.5 and isinstance(r.fields["other"], parse.Pct)
+    assert r.fields["other"] == 1.5 and isinstance(r.fields["other"], values.Pct)
     assert r.fields["flag"] is True and r.fields["label"] == "abc"
 
 

@@ -298,6 +298,29 @@ static int outer_ts_token(const char *s, Py_ssize_t n) {
     return i == n;
 }
 
+static int real_date(int y, int mo, int d, int h, int mi, int se) {
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return y >= 1 && mo >= 1 && mo <= 12 && d >= 1 && d <= mdays[mo - 1] + (mo == 2 && leap) &&
+           h <= 23 && mi <= 59 && se <= 59;
+}
+
+/* An OUTER_TS token that is a real date and time as datetime.fromisoformat reads it
+ * (clock.not_a_date): fields in range, a zone offset under 24 h. */
+static int outer_ts_valid(const char *s, Py_ssize_t n) {
+#define D2(i) ((s[i] - '0') * 10 + (s[(i) + 1] - '0'))
+    int y = D2(0) * 100 + D2(2);
+    if (!real_date(y, D2(5), D2(8), D2(11), D2(14), D2(17))) return 0;
+    Py_ssize_t i = 19;
+    while (i < n && s[i] != '+' && s[i] != '-') i++;
+    if (i < n) {
+        int hh = D2(i + 1), mm = s[i + 3] == ':' ? D2(i + 4) : D2(i + 3);
+        if (hh * 60 + mm >= 24 * 60) return 0;
+    }
+    return 1;
+#undef D2
+}
+
 /* The length of an OUTER_TS token followed by a space at q, else 0. */
 static Py_ssize_t outer_ts_at(const char *q, Py_ssize_t m) {
     const char *sp = memchr(q, ' ', m < 48 ? m : 48);
@@ -377,14 +400,19 @@ static int own_record(const char *q, Py_ssize_t m) {
 
 /* Can the line at q (of the `avail` bytes left in the buffer) not continue the record before it
  * (reassemble.Reassembler._continue returns "no" for it)? `docker`: that record's line starts with
- * a docker timestamp. The buffer's last line is never judged here (Python holds it). */
-static int next_starts_own(const char *q, Py_ssize_t avail, int docker) {
+ * a docker timestamp; `lp`: its capture prefix (a line that starts with the same prefix and then a
+ * record starts its own). The buffer's last line is never judged here (Python holds it). */
+static int next_starts_own(const char *q, Py_ssize_t avail, int docker, const char *lp,
+                           Py_ssize_t lp_len) {
     const char *nl = memchr(q, '\n', avail);
     if (!nl) return 0;
     Py_ssize_t m = nl - q;
     if (m == 0) return 1;
     if (memchr(q, '\r', m)) return 0;   /* the terminal shows what follows a carriage return */
     if (starts_bracket(q, m)) return 1;
+    if (lp_len > 0 && !docker && lp[0] != '{' && m > lp_len && memcmp(q, lp, lp_len) == 0 &&
+        starts_bracket(q + lp_len, m - lp_len))
+        return 1;
     Py_ssize_t t = outer_ts_at(q, m);
     if (t) {
         if (!docker) return 1;
@@ -615,14 +643,17 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                             Py_ssize_t te = e - 10, q = te;
                             while (q > 0 && L[q - 1] != ' ') q--;
                             if (outer_ts_token(L + q, te - q)) {
-                                cut = L[e - 2] == 'P';
+                                cut = L[e - 2] == 'P' || !outer_ts_valid(L + q, te - q);
                                 ots = q; ots_len = te - q; shape |= 3; e = q;
                             }
                         }
                         if (!(shape & 1)) {
                             Py_ssize_t te = e - 1, q = te;
                             while (q > 0 && L[q - 1] != ' ') q--;
-                            if (outer_ts_token(L + q, te - q)) { ots = q; ots_len = te - q; shape |= 1; e = q; }
+                            if (outer_ts_token(L + q, te - q)) {
+                                cut = !outer_ts_valid(L + q, te - q);  /* Python rejects it */
+                                ots = q; ots_len = te - q; shape |= 1; e = q;
+                            }
                         }
                     }
                     lp_len = e;
@@ -748,7 +779,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
          * every record for one line): take it only when the next line starts a record of its
          * own (`[YYYY-MM-DD ` / `[YYYY-MM-DDT`, a strict part of STARTS_RECORD) or is empty. The
          * last line of the buffer goes to Python, which holds it until the next chunk. */
-        if (ok) ok = pos < n && next_starts_own(s + pos, n - pos, outer_ts_at(L, len) > 0);
+        if (ok) ok = pos < n && next_starts_own(s + pos, n - pos, outer_ts_at(L, len) > 0, L, lp_len);
         if (ok && (!jput(&T->str[S_TS], L + lb + 1, ts_len) ||
                    !jput(&T->str[S_RANK], L + rank_start, rank_len) ||
                    !jput(&T->str[S_PREFIX], L, lp_len) || !jput(&T->str[S_OUTER], L + ots, ots_len) ||

@@ -1,7 +1,8 @@
 """A log's clock: printed timestamps that cannot be dates, and jumps no running clock makes.
 
 `not_a_date(text)` says why a timestamp as printed (SGLang's `2026-02-26 14:09:45.123`, logging's
-`,123`, docker's RFC3339, vLLM's year-less `02-26 14:09:45`, a bare `14:09:45`) is no real date
+`,123`, docker's RFC3339, vLLM's year-less `02-26 14:09:45`, journald's `Nov 02 09:14:07`, a bare
+`14:09:45`) is no real date
 and time (`2025-13-45 25:61:61`), or None. `rows` rejects such a line with that reason: its `ts`
 would be NULL with no word, and its neighbours' times no longer place it.
 
@@ -18,6 +19,7 @@ import datetime as dt
 
 import numpy as np
 
+_MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 BACK_S = 2 * 3600            # SGLang prints local time: a DST change moves it back 1 h
 FORWARD_S = 366 * 86400      # a server may sit idle for months between decode lines; not a year
 
@@ -32,6 +34,9 @@ def not_a_date(text: str | None) -> str | None:
         elif len(text) >= 14 and text[2] == "-":        # vLLM: MM-DD HH:MM:SS, no year
             dt.date(2000, int(text[:2]), int(text[3:5]))    # 2000: Feb 29 exists
             dt.time.fromisoformat(text[6:])
+        elif len(text) >= 15 and text[:3].isalpha():    # journald/syslog: Mon DD HH:MM:SS, no year
+            dt.date(2000, _MONTHS.index(text[:3]) + 1, int(text[4:6]))
+            dt.time.fromisoformat(text[7:])
         else:                                           # time of day only
             dt.time.fromisoformat(text)
     except ValueError as exc:

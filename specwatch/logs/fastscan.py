@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from functools import lru_cache
 
-from specwatch.logs import parse, prefix
+from specwatch.logs import clock, parse, prefix
 
 try:
     from specwatch.logs import _fastscan
@@ -251,6 +251,8 @@ def capture_parts(line_prefix: str, shape: int) -> dict | None:
         return None
     out = {c: v for c, v in p.capture().items()}
     if not shape & 1 and p.outer_ts is not None:
+        if clock.not_a_date(p.outer_ts):
+            return None  # the Python path rejects the line with the reason
         out["outer_ts_text"] = p.outer_ts
     return out
 

@@ -22,10 +22,10 @@ import pyarrow as pa
 
 from specwatch.logs import bulk
 from specwatch.db import schema, store
-from specwatch.logs.identity import (FP_LEN, _fingerprint, _matching_sources, find_source,  # noqa: F401
-                                stored_source)
-from specwatch.logs.logfile import IngestError, compression, open_log  # noqa: F401
-from specwatch.logs.rows import Batches, parse_chunk, parse_chunk_checked, parse_raw  # noqa: F401
+from specwatch.logs.identity import (FP_LEN, _fingerprint, _matching_sources, find_source,
+                                     stored_source)
+from specwatch.logs.logfile import IngestError, open_log
+from specwatch.logs.rows import Batches, parse_chunk, parse_chunk_checked
 
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst while following a file
 BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: scanned while the previous chunk is inserted

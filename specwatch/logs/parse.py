@@ -33,12 +33,11 @@ values here are exactly what the line printed.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from specwatch.logs import configline, prefix
+from specwatch.logs import configline, prefix, values
 from specwatch.logs import formats as _formats
 
 METRIC_KINDS = ("sglang_decode", "sglang_prefill", "vllm_spec_decode", "vllm_throughput")
@@ -71,20 +70,10 @@ _AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (speculative config|
                   r"[(\[]((?:-?\d+, )*-?\d+)?,?[)\]]$")
 _RANGE = re.compile(r"(\S+) \[(\S+), (\S+)\]")   # DSpark's `est uncap acc len: M [lo, hi]`
 _VLLM_SPLIT = re.compile(r", (?=[A-Z#][^:,]*: )")
-_KEY_CLEAN = re.compile(r"[^a-z0-9]+")
 _UNIT_SUFFIX = re.compile(r"\s+(?:tokens/s|tokens|reqs)$")
-_INT = re.compile(r"^-?\d+$")
-_FLOAT = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
 _EXC_LINE = re.compile(r"^(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception)(?:: (?P<msg>.*))?$")
 _ARG_ERROR = re.compile(r"^[\w.\-]+: error: ")
 _SIM_VALUE = re.compile(r"SGLANG_SIMULATE_ACC_LEN=['\"]?([^\s'\"]+)")
-_INT64 = 2 ** 63 - 1
-_PLAIN_INT = re.compile(r"-?\d{1,18}$")            # always within int64
-_PLAIN_FLOAT = re.compile(r"-?\d{1,300}(?:\.\d*)?$")  # no exponent: always finite
-
-
-class Pct(float):
-    """A value that was printed with a trailing `%` (stored as the number before the sign)."""
 
 
 @dataclass(slots=True)
@@ -133,84 +122,6 @@ class Rejected:
     line_prefix: str | None = None  # the capture prefix of the line (reassembly: docker pieces)
 
 
-_key_cache: dict[str, str] = {}
-
-
-def normalize_key(printed: str) -> str:
-    """`#running-req` -> `running_req`, `gen throughput (token/s)` -> `gen_throughput`."""
-    key = _key_cache.get(printed)
-    if key is None:
-        k = re.sub(r"\([^)]*\)", "", printed).replace("#", "").lower()
-        key = _KEY_CLEAN.sub("_", k).strip("_")
-        if len(_key_cache) < 10_000:
-            _key_cache[printed] = key
-    return key
-
-
-def _to_int(text: str) -> int:
-    if not _INT.match(text):
-        raise ValueError("not a valid int")
-    if len(text) > 20:
-        raise ValueError("out of range for a 64-bit integer")
-    v = int(text)
-    if v > _INT64 or v < -_INT64:
-        raise ValueError("out of range for a 64-bit integer")
-    return v
-
-
-def _to_float(text: str) -> float | None:
-    if not _FLOAT.match(text):
-        if text.lower() == "nan":
-            return None
-        raise ValueError("not a valid float")
-    v = float(text)
-    if not math.isfinite(v):
-        raise ValueError("not a finite number")
-    return v
-
-
-def _infer(text: str) -> Any:
-    if _INT.match(text) and len(text) <= 20 and abs(int(text)) <= _INT64:
-        return int(text)
-    if _FLOAT.match(text) and math.isfinite(v := float(text)):
-        return v
-    if text == "True" or text == "False":
-        return text == "True"
-    if text.endswith("%") and _FLOAT.match(text[:-1]) and math.isfinite(float(text[:-1])):
-        return Pct(text[:-1])
-    return text
-
-
-def _typed(text: str, typ: str) -> Any:
-    """Convert a printed value to its declared type; raises ValueError naming what was expected."""
-    if typ == "int":
-        return _to_int(text)
-    if typ == "float":
-        return _to_float(text)
-    if typ == "bool":
-        if text in ("True", "False"):
-            return text == "True"
-        raise ValueError("not True/False")
-    if typ == "pct":
-        num = text[:-1] if text.endswith("%") else text
-        if num.lower() == "nan":
-            return "nan"
-        v = _to_float(num)
-        return Pct(num) if text.endswith("%") else v
-    if typ == "float_list":
-        try:
-            out = [_to_float(x.strip()) for x in text.strip("[]").split(",")]
-        except ValueError:
-            raise ValueError("not a comma-separated list of finite numbers") from None
-        return out
-    if typ == "int_list":
-        try:
-            return [_to_int(x.strip()) for x in text.strip("[]").split(",")]
-        except ValueError:
-            raise ValueError("not a comma-separated list of integers") from None
-    return text
-
-
 def _missing(fmt: _formats.LineFormat, fields: dict) -> Rejected | None:
     missing = [r for r in fmt.required if r not in fields]
     if missing:
@@ -236,7 +147,7 @@ def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | N
     body = text[m.end():].rstrip()
     if body.endswith(","):
         body = body[:-1]
-    first = normalize_key(body.split(": ", 1)[0])
+    first = values.normalize_key(body.split(": ", 1)[0])
     if ": " not in body and fmt.first_key.startswith(first):
         return Rejected(fmt.kind, f"cut off in its first field {body[:40]!r} (truncated line?)",
                         incomplete=True)
@@ -261,7 +172,7 @@ def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | N
                 continue
             return Rejected(fmt.kind, f"fragment {frag[:60]!r} is not 'key: value'", last_key,
                             incomplete=j == len(frags) - 1)
-        name = normalize_key(key)
+        name = values.normalize_key(key)
         if name in fields:
             return Rejected(fmt.kind, f"duplicate key {key!r}", name)
         fields[name] = value.strip()
@@ -277,25 +188,25 @@ def _sglang_batch(text: str, at: int, p: prefix.Prefix) -> Record | Rejected | N
         col = fmt.by_key.get(name)
         if col is not None and "=" not in value:
             typ = col.type
-            if typ == "float" and _PLAIN_FLOAT.match(value):
+            if typ == "float" and values.PLAIN_FLOAT.match(value):
                 fields[name] = float(value)  # the common shape, finite by construction
                 continue
-            if typ == "int" and _PLAIN_INT.match(value):
+            if typ == "int" and values.PLAIN_INT.match(value):
                 fields[name] = int(value)
                 continue
             try:
-                fields[name] = _typed(value, typ)
+                fields[name] = values.typed(value, typ)
             except ValueError as exc:  # on the last field: maybe cut off mid-value
                 return Rejected(fmt.kind, f"{name}={value[:40]!r}: {exc}", name,
                                 incomplete=name == last_key)
         else:
-            fields[name] = _infer(value)
+            fields[name] = values.infer(value)
     bad = _missing(fmt, fields)
     if bad:
         return bad
     if m.group(2) is not None:
         try:
-            fields = {"forward_iter": _to_int(m.group(2)), **fields}
+            fields = {"forward_iter": values.to_int(m.group(2)), **fields}
         except ValueError as exc:
             return Rejected(fmt.kind, f"forward_iter={m.group(2)[:40]!r}: {exc}", "forward_iter")
     return _record(fmt.kind, p, fields, rank_default="")
@@ -323,7 +234,7 @@ def _expand_ranges(fmt: _formats.LineFormat, fields: dict) -> dict:
         if m is None:
             raise ValueError(f"{name}={value[:40]!r}: not 'M [lo, hi]'", name)
         try:
-            out[name], out[name + "_lo"], out[name + "_hi"] = (_to_float(x) for x in m.groups())
+            out[name], out[name + "_lo"], out[name + "_hi"] = map(values.to_float, m.groups())
         except ValueError as exc:
             raise ValueError(f"{name}={value[:40]!r}: {exc}", name) from None
     return out
@@ -338,12 +249,26 @@ def _well_formed(rec: Record) -> bool:
     if fmt is None:
         return False  # events and readiness lines count only after a known prefix
     f = rec.fields
-    if not any(all(k in f for k in group) for group in fmt.complete_any):
+    if not any(all(_has(fmt, f, k) for k in group) for group in fmt.complete_any):
         return False
     for key, value in f.items():
-        if isinstance(value, str) and key not in fmt.by_key and key not in fmt.text_keys:
-            return False  # free text where the format prints a number
+        if not isinstance(value, str) or key in fmt.by_key or key == "engine":
+            continue
+        shape = fmt.text_keys.get(key)
+        if shape is None or not re.fullmatch(shape, value):
+            return False  # free text where the format prints a number or a known shape
     return True
+
+
+def _has(fmt: _formats.LineFormat, fields: dict, member: str) -> bool:
+    """A `complete_any` member (`a|b`: either) is printed, under its key or an alias of it."""
+    for key in member.split("|"):
+        if key in fields:
+            return True
+        col = fmt.by_key.get(key)
+        if col is not None and any(a in fields for a in (col.key, *col.aliases)):
+            return True
+    return False
 
 
 def _vllm(text: str, at: int, anchor: str, p: prefix.Prefix, fmt: _formats.LineFormat,
@@ -361,13 +286,13 @@ def _vllm(text: str, at: int, anchor: str, p: prefix.Prefix, fmt: _formats.LineF
         if not sep:
             return Rejected(fmt.kind, f"fragment {frag[:60]!r} is not 'Key: value'",
                             incomplete=j == len(frags) - 1)
-        name = normalize_key(key)
+        name = values.normalize_key(key)
         if name in fields:
             return Rejected(fmt.kind, f"duplicate key {key!r}", name)
         value = _UNIT_SUFFIX.sub("", value.strip())
         col = fmt.by_key.get(name)
         try:
-            fields[name] = _typed(value, col.type) if col else _infer(value)
+            fields[name] = values.typed(value, col.type) if col else values.infer(value)
         except ValueError as exc:
             return Rejected(fmt.kind, f"{name}={value[:40]!r}: {exc}", name,
                             incomplete=j == len(frags) - 1)
@@ -427,7 +352,7 @@ def _event(text: str, at: int, anchor: str, p: prefix.Prefix) -> Record | Reject
         return _record("ready", p, {})
     if anchor == SIMULATE_ENV:
         m = _SIM_VALUE.search(text)
-        v = _infer(m.group(1)) if m else None
+        v = values.infer(m.group(1)) if m else None
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
             return None  # <= 0 turns simulation off in SGLang
         return Record("simulated", p.timestamp, p.rank, p.process, p.ranks,
@@ -500,6 +425,8 @@ def parse_line(line: str) -> Record | Rejected | None:
             # an env assignment anywhere in a command line counts
             p = prefix.Prefix()
         if quoted is not None:
+            if p.timestamp is None and p.outer_ts is None and p.process is None:
+                p.known = False  # a bare message quoted in prose or a table: it must be complete
             p.quoted = quoted.quoted
             p.timestamp = p.timestamp or quoted.timestamp
             p.process = p.process or quoted.process
@@ -521,11 +448,13 @@ def parse_line(line: str) -> Record | Rejected | None:
                 return res
             continue
         # text of no known shape before the message: only a complete, well-formed message counts
-        # (never one quoted in source code or a traceback)
-        if isinstance(res, Record) and not p.code and _well_formed(res):
+        # (never one quoted in source code or a traceback, nor one after another header: glued
+        # records are not stored, as after a known prefix)
+        if isinstance(res, Record) and not p.code and _well_formed(res) and \
+                not _ANY_HEADER.search(p.line_prefix or ""):
             return res
         if isinstance(res, Rejected) and res.reason.startswith("another log line is pasted"):
-            return None  # two records glued: neither is stored (as after a known prefix)
+            return None
     return None
 
 

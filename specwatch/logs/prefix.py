@@ -65,7 +65,7 @@ _MD_CELL_PROC = re.compile(r"^[A-Za-z][\w\-]*(?: pid=\d+)?$")
 _PATH = r"(?:[A-Za-z]:[\\/])?[^\s:\[\](){}`|'\"]*[./\\][^\s:\[\](){}`|'\"]*"
 # grep -H -n `FILE:N:`, grep -n `N:`, grep -H `FILE:`; a file name holds a `/` or `\` or ends
 # like a log file (a dotted logger name `sglang.srt.x:` is not one); `N:` is not a time's `hh:`
-_LOGFILE = rf"(?:[A-Za-z]:[\\/])?(?:[^\s:\[\](){{}}`|'\"]*[/\\][^\s:\[\](){{}}`|'\"]*|[\w.\-]+\.(?:log|txt|out|err|jsonl?)(?:\.\d+)?)"
+_LOGFILE = r"(?:[A-Za-z]:[\\/])?(?:[^\s:\[\](){}`|'\"]*[/\\][^\s:\[\](){}`|'\"]*|[\w.\-]+\.(?:log|txt|out|err|jsonl?)(?:\.\d+)?)"
 _GREP = re.compile(rf"(?:({_LOGFILE}):)?(?:(\d+):(?!\d\d[:.,]|\d\d$))?")
 # a file reference pasted before a line (editors' chat panes): `@path`, `@path:12`, `@path:12-20`
 _FILEREF = re.compile(rf"@({_PATH})(?::(\d+)(?:-\d+)?)?(?= )")
@@ -79,9 +79,10 @@ _JOURNALD = re.compile(
     rf"((?:{_MONTH}) [ \d]\d \d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?"
     r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
     r" ([^\s\[\]:]+) ([^\s\[\]:]+?)(?:\[(\d+)\])?: ")
-# Unknown text that says the message after it is quoted in source code, not logged: a traceback
-# frame (`File "x.py", line 3, in f`), or a string literal opening just before it (`msg = f"`)
-_CODE = re.compile(r"""^\s*File "[^"]*", line \d+|(?:^|[\s=(\[{,:+])(?:[rbfuRBFU]{0,2})["']$""")
+# Unknown text that says the message after it is source code, not logged: a traceback frame
+# (`File "x.py", line 3, in f`). (A message in a string literal ends in its closing quote, and
+# `{x}` placeholders are not values: neither is a complete message.)
+_CODE = re.compile(r"""^\s*File "[^"]*", line \d+""")
 # Where a log prefix can start after unknown text: tokens too specific to occur in prose.
 _STRONG = re.compile(
     r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}"
@@ -306,8 +307,8 @@ def locate(head: str) -> Prefix:
         return p
     for m in _STRONG.finditer(head):
         k = m.start()
-        if k == 0 or (head[k].isalnum() and head[k - 1].isalnum()):
-            continue  # inside a word: not where a token starts
+        if k == 0 or (head[k].isdigit() and head[k - 1].isalnum()):
+            continue  # inside a number or word: not where a timestamp starts
         q = _split(head, k)
         if q is not None:
             q.line_prefix = head[:k] + (q.line_prefix or "")

@@ -193,6 +193,8 @@ class Reassembler:
         parts = held.parts + 1
         if parts > MAX_PARTS or len(joins[0]) > MAX_CHARS:
             return _NO, None
+        if isinstance(self.parse_line(clean), parse.Record):
+            return _NO, None  # a record of its own (after a capture prefix of any shape)
         complete, partial = [], []
         whole = isinstance(held.result, parse.Record) and not _docker_piece(held.text, held.result)
         for j in joins:

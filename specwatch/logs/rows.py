@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from specwatch.logs import clock, fastscan, parse, reassemble
+from specwatch.logs import clock, fastscan, parse, reassemble, values
 from specwatch.db import schema, store
 
 MAX_LINE_TEXT = 2000       # characters of a rejected line kept in rejected_lines
@@ -165,7 +165,7 @@ def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> 
             col = _COLS[rec.kind].by_key.get(key)
             if col is None or value is None or isinstance(value, str) and col.type != "str":
                 continue
-            if col.type == "pct" and not isinstance(value, parse.Pct):
+            if col.type == "pct" and not isinstance(value, values.Pct):
                 value = value * 100.0  # vLLM V0 prints the acceptance rate as a fraction
             row[col.column] = value
             if col.column == "graph_enabled":
@@ -189,16 +189,6 @@ def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> 
         return "server_configs", row
     row.update(ts=_ts(rec.timestamp), kind=rec.kind, message=f.get("message"))
     return "events", row
-
-
-def parse_raw(raw: bytes) -> tuple[str, parse.Record | parse.Rejected | None, bool]:
-    """(text, parse result, valid UTF-8) for one line's bytes; invalid UTF-8 is read with
-    replacement characters and still parsed."""
-    try:
-        text, valid = raw.decode("utf-8"), True
-    except UnicodeDecodeError:
-        text, valid = raw.decode("utf-8", errors="replace"), False
-    return text, parse.parse_line(text), valid
 
 
 def rejected_row(source_id: str, path: str, offset: int, line_no: int, kind: str, reason: str,
@@ -236,20 +226,6 @@ def logical_row(lg: reassemble.Logical, source_id: str, path: str) -> tuple[str,
         got = parse.Rejected(got.kind, problem[1], problem[0])
     return "rejected_lines", rejected_row(source_id, path, lg.offset, lg.line_no, got.kind,
                                           got.reason, got.field, lg.text)
-
-
-def line_rows(raw: bytes, here: int, line_no: int, source_id: str, path: str
-              ) -> tuple[str, dict, bool] | None:
-    """(table, row, valid UTF-8) for one line on its own through the Python definition (no
-    reassembly), or None for noise."""
-    try:
-        text, valid = raw.decode("utf-8"), True
-    except UnicodeDecodeError:
-        text, valid = raw.decode("utf-8", errors="replace"), False
-    got = safe_parse(text)
-    if got is None:
-        return None
-    return (*logical_row(reassemble.Logical(line_no, here, text, got), source_id, path), valid)
 
 
 def _warn(result, path: str, what: str, first: int, n: int) -> None:
@@ -446,8 +422,8 @@ def _drop_from(batches: Batches, offset: int) -> int:
             continue
         if table == "rejected_lines":
             dropped += len(offs) - len(keep)
-        for name, values in cols.items():
-            cols[name] = [values[i] for i in keep]
+        for name, vals in cols.items():
+            cols[name] = [vals[i] for i in keep]
     return dropped
 
 

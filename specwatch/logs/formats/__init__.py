@@ -51,7 +51,7 @@ class LineFormat:
     # it carries one of these field sets (default: `required`), and every key no column declares
     # prints a number, True/False or a percentage, unless it is one of `text_keys`.
     complete_any: tuple[tuple[str, ...], ...] = ()
-    text_keys: tuple[str, ...] = ()
+    text_keys: dict[str, str] = field(default_factory=dict, compare=False)  # key -> its regex
     # keys printed as `M [lo, hi]` (a value with ", " inside): parsed into key, key_lo, key_hi
     ranges: tuple[str, ...] = ()
 
@@ -94,7 +94,7 @@ def _line_format(raw: dict, where: str) -> LineFormat:
     required = tuple(raw.get("required", []))
     complete_any = tuple(tuple(c) for c in raw.get("complete_any", [])) or (required,)
     return LineFormat(kind, headers, raw.get("first_key"), required, tuple(columns), samples,
-                      by_key, complete_any, tuple(raw.get("text_keys", [])),
+                      by_key, complete_any, dict(raw.get("text_keys", {})),
                       tuple(raw.get("ranges", [])))
 
 

@@ -35,7 +35,7 @@ BASE_PY="$(side_env_python)"
 # module 'vllm').
 DEPS=(psutil pybase64 msgspec pyzmq tqdm aiohttp transformers einops apache-tvm-ffi dill
       sentencepiece compressed-tensors gguf openai partial_json_parser uvloop fastapi uvicorn
-      setproctitle xgrammar soundfile)
+      setproctitle xgrammar soundfile orjson python-multipart)
 CHECK="sglang.srt.server_args sglang.srt.managers.scheduler_components.metrics_reporter sglang.srt.entrypoints.http_server"
 # specwatch's own dependencies and the test runner, with pyproject.toml's bounds.
 mapfile -t OURS < <("$BASE_PY" - "$HERE/../pyproject.toml" <<'EOF'
@@ -86,6 +86,42 @@ EOF
   )
   "$PY" -m pip install -q "${SPECS[@]}" "${OURS[@]}" \
     2> >(grep -v "^WARNING: Location\|dependency resolver\|requires .*, but you have" >&2)
+  # Whatever the check modules import that the list above misses (a new sglang release imports a
+  # new package: 0.5.23's utils import orjson): each missing module is installed from sglang's own
+  # requirement for it, until the check imports or 40 rounds pass (then the check below fails).
+  for _ in $(seq 40); do
+    # shellcheck disable=SC2086
+    MISSING="$("$PY" - $CHECK <<'EOF'
+import importlib, sys
+try:
+    [importlib.import_module(m) for m in sys.argv[1:]]
+except ModuleNotFoundError as exc:
+    print((exc.name or "").split(".")[0])
+EOF
+)"
+    [ -z "$MISSING" ] && break
+    REQ="$("$PY" - "$MISSING" <<'EOF'
+import re, sys
+from importlib.metadata import requires
+norm = lambda s: re.sub(r"[-_.]+", "-", s).lower()
+# import names that differ from their distribution's name
+alias = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python-headless",
+         "google": "protobuf", "sklearn": "scikit-learn", "dateutil": "python-dateutil",
+         "multipart": "python-multipart", "IPython": "ipython", "jwt": "pyjwt"}
+want = norm(alias.get(sys.argv[1], sys.argv[1]))
+for req in requires("sglang") or []:
+    spec = req.split(";")[0].strip()
+    if "extra ==" not in req and norm(re.match(r"[A-Za-z0-9_.\-]+", spec).group(0)) == want:
+        print(spec)
+        break
+else:
+    print(want)   # a transitive import sglang does not pin
+EOF
+)"
+    echo "side env: sglang imports $MISSING; installing $REQ" >&2
+    "$PY" -m pip install -q "$REQ" "${OURS[@]}" \
+      2> >(grep -v "^WARNING: Location\|dependency resolver\|requires .*, but you have" >&2)
+  done
   "$PY" -m pip freeze > "$2/.freeze"   # what it resolved to, for reading when a contract changes
   exit 0
 fi

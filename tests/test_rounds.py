@@ -2,9 +2,6 @@
 repeats, decided from what is stored (a real DuckDB file with known rows)."""
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pytest
 
 from specwatch.db import store

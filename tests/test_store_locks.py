@@ -262,7 +262,6 @@ def _corrupt_files(tmp_path, samples_db) -> dict[str, Path]:
     text = tmp_path / "text.duckdb"
     text.write_text("this is not a database\n" * 50)
     out["text"] = text
-    size = samples_db.stat().st_size
     trunc = tmp_path / "trunc.duckdb"
     shutil.copy(samples_db, trunc)
     os.truncate(trunc, 6000)   # inside the headers

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from specwatch_kernels import ops
-from specwatch.engine.graph_step import GraphRunner, spec_step_body
+from specwatch.engine.graph_step import GraphRunner
 from specwatch.engine.model import KVView, attention_mask, capture_layers, load_draft, load_target, models_dir  # noqa: F401
 
 DEFAULT_NUM_SLOTS = 32

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         print(args_mod.error_text(e), file=sys.stderr)
         return 2
     a = parsed.server_args
-    log = sglang_log.configure_logging(a.log_level)
+    sglang_log.configure_logging(a.log_level)
     main_log = sglang_log.scheduler_logger("")
     for w in parsed.warnings:
         main_log.warning(w)

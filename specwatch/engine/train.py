@@ -17,7 +17,6 @@ CPython patch releases, which is why the bytes are committed).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import time

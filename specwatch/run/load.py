@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specwatch.run import arrivals, procs
-from specwatch.run.client import (  # noqa: F401 (this module's interface, as before)
-    API_GENERATE, HOST, ClientError, RequestResult, RequestSpec, health, send)
+from specwatch.run.client import (  # RequestSpec/RequestResult/health: used as load.* too
+    API_GENERATE, ClientError, RequestResult, RequestSpec, health, send)
 from specwatch.run import client
-from specwatch.run.client import error_text as _error_text  # noqa: F401
 from specwatch.run.client import get as _get, post as _post
 from specwatch.engine import BUILTIN_PREFIX
 from specwatch.run.sweepfile import Workload

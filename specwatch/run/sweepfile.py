@@ -73,12 +73,16 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specwatch.engine import BUILTIN_PREFIX  # "builtin:": shipped models and prompt sets
 from specwatch.run.tomllines import Lines as _Lines
 from specwatch.run.tomlranges import Range, numbers
 from specwatch.run import traffic  # load levels, arrivals, SLO, rate search, adaptive repeats
 from specwatch.run import sglang_config, vllm_config  # what a config means on each engine
+
+if TYPE_CHECKING:
+    from specwatch.run import slurm_settings
 
 ENGINES = ("builtin", "sglang", "vllm")
 PROMPT_SETS = ("chat", "code", "math", "summarisation", "long_context", "mixed")

@@ -111,8 +111,14 @@ def _dump(db) -> dict[str, dict[int, dict]]:
         for t in TABLES:
             cur = con.execute(f"SELECT * EXCLUDE (source_id) FROM {t} ORDER BY line_no")
             cols = [d[0] for d in cur.description]
-            out[t] = {r[cols.index("line_no")]: dict(zip(cols, r)) for r in cur.fetchall()}
+            out[t] = {r[cols.index("line_no")]: _parts(dict(zip(cols, r))) for r in cur.fetchall()}
     return out
+
+
+def _parts(row: dict) -> dict:
+    """A stored row with its `capture` JSON object's parts beside its columns."""
+    cap = row.get("capture")
+    return {**row, **json.loads(cap)} if cap is not None else row
 
 
 def _both(tmp_path, log, monkeypatch):
@@ -133,7 +139,7 @@ _COL = {  # the expected key -> (its store column, how the store holds it)
     "xpu_kv_cache_usage": "gpu_kv_cache_usage_pct", "timestamp": "ts_text", "rank": "rank",
     "outer_ts": "outer_ts_text", "process": "process", "engine": "engine",
     "speculative_num_steps": "speculative_num_steps",
-    **{c: c for c in schema.column_names("decode_windows") if c in prefix.CAPTURE_COLUMNS.values()},
+    **{c: c for c in prefix.CAPTURE_COLUMNS.values()},   # line_prefix, or a part of `capture`
 }
 
 
@@ -320,9 +326,8 @@ def test_an_old_database_gets_the_values_in_their_columns(tmp_path):
     """A database made before these columns existed gains them last (ALTER ADD): inserts go by
     name, so no value lands in its neighbour's column."""
     db = tmp_path / "old.duckdb"
-    new = set(prefix.CAPTURE_COLUMNS.values()) | {"mamba_num", "mamba_usage_frac",
-                                                  "kv_cache_device", "aux_layer_ids",
-                                                  "aux_layers_source", "outer_ts_text", "process"}
+    new = {"line_prefix", "capture", "mamba_num", "mamba_usage_frac", "kv_cache_device",
+           "aux_layer_ids", "aux_layers_source", "outer_ts_text", "process"}
     con = duckdb.connect(str(db))
     for t in schema.TABLES:
         cols = [(n, s) for n, s in schema.columns(schema.TABLES[t])

@@ -692,7 +692,6 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             size_t fkl = strlen(fk);
             if ((size_t)(end - p) < fkl || memcmp(L + p, fk, fkl) != 0) ok = 0;
             if (memmem(L + p, end - p, " batch", 6)) ok = 0; /* pasted lines: Python rejects */
-            if (memmem(L + p, end - p, "avg_accept_len: ", 16)) ok = 0; /* TokenSpeed's format */
         }
         while (ok) {
             const char *frag = L + p;
@@ -756,7 +755,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                 }
                 flts[2] = fv;
             } else {
-                /* an extra key: kept in the `fields` JSON, by its normalised name */
+                /* an extra key: kept in the `fields` JSON, by its normalised name. TokenSpeed's
+                 * format goes to Python (which rejects it): `avg_accept_len: ` can only occur in
+                 * such a fragment, since known keys are literals and their values numbers. */
+                if (memmem(frag, flen, "avg_accept_len: ", 16)) { ok = 0; break; }
                 Py_ssize_t kn = norm_key(frag, klen, key, sizeof key);
                 if (kn <= 0 || is_reserved(key, kn)) { ok = 0; break; }
                 /* a duplicate (or a key that contains an earlier one) goes to Python */

@@ -231,7 +231,6 @@ def scan(data, base_offset: int, base_line: int, buffers: Buffers | None = None)
 # timestamp, bit 1: CRI stream, bit 2: process tag): how Python reads a prefix depends on the
 # kinds of the tokens that follow it, never on their values.
 _CANON_TS, _CANON_PROC, _CANON_STAMP = "2026-01-01T00:00:00Z", "X pid=1", "2026-01-01 00:00:00"
-_CAPTURE_COLS = tuple(prefix.CAPTURE_COLUMNS.values())
 
 
 @lru_cache(maxsize=1 << 16)
@@ -274,14 +273,13 @@ def resolve_capture(cols: dict[str, pa.Array]) -> tuple[dict[str, pa.Array], np.
         text, sh = k.rsplit("\x00", 1)
         parts.append(capture_parts(text, int(sh)))
     out = dict(cols)
-    for col in (*_CAPTURE_COLS, "outer_ts_text"):
-        vals = [p.get(col) if p else None for p in parts]
-        if col == "line_prefix" or all(v is None for v in vals):
-            continue
-        typ = pa.int64() if col in ("unit_pid", "src_line") else pa.string()
-        add = pa.array(vals, typ).take(idx)
-        # outer_ts_text: the scanner's docker timestamp, else the prefix's own (journald)
-        out[col] = pc.coalesce(cols[col], add) if col == "outer_ts_text" else add
+    caps = [prefix.capture_columns(p)["capture"] if p else None for p in parts]
+    if any(c is not None for c in caps):
+        out["capture"] = pa.array(caps, pa.string()).take(idx)
+    ots = [p.get("outer_ts_text") if p else None for p in parts]
+    if any(v is not None for v in ots):
+        # the scanner's docker timestamp, else the prefix's own (journald)
+        out["outer_ts_text"] = pc.coalesce(cols["outer_ts_text"], pa.array(ots, pa.string()).take(idx))
     bad = np.array([p is None for p in parts], bool)
     if not bad.any():
         return out, np.empty(0, np.int64)

@@ -116,16 +116,27 @@ class Prefix:
     code: bool = False              # ... and that text is source code or a traceback frame
 
     def capture(self) -> dict:
-        """The capture-prefix parts, logger and level that are present, by store column."""
+        """The capture prefix and its parts, logger and level that are present, by name
+        (`level` is `log_level`)."""
         return {CAPTURE_COLUMNS[k]: getattr(self, k) for k in CAPTURE_PARTS
                 if getattr(self, k) is not None}
 
 
-# The capture parts a record keeps beside its prefix (store columns of the same names).
+# The capture parts a record keeps beside its prefix ...
 CAPTURE_PARTS = ("line_prefix", "service", "pod", "container", "host", "unit", "unit_pid",
                  "src_path", "src_line", "logger", "level")
-# ... and the store column each is kept in (`level` is `log_level` there)
+# ... and the name each is kept under (`level` is `log_level` there)
 CAPTURE_COLUMNS = {k: ("log_level" if k == "level" else k) for k in CAPTURE_PARTS}
+
+
+def capture_columns(parts: dict) -> dict:
+    """A record's capture parts (Prefix.capture()) as stored: `line_prefix` and the JSON object
+    `capture` of the other parts (None when there are none). The one serialization for both
+    ingest paths."""
+    rest = {k: parts[k] for k in CAPTURE_COLUMNS.values()
+            if k != "line_prefix" and parts.get(k) is not None}
+    return {"line_prefix": parts.get("line_prefix"),
+            "capture": json.dumps(rest, separators=(",", ":")) if rest else None}
 
 
 def clean(line: str) -> str:

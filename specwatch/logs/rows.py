@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from specwatch.logs import clock, fastscan, parse, reassemble, values
+from specwatch.logs import clock, fastscan, parse, prefix, reassemble, values
 from specwatch.db import schema, store
 
 MAX_LINE_TEXT = 2000       # characters of a rejected line kept in rejected_lines
@@ -153,7 +153,8 @@ _COLS = {kind: fmt for kind, fmt in parse.FORMATS.lines.items()}
 def record_row(rec: parse.Record, source_id: str, offset: int, line_no: int) -> tuple[str, dict]:
     """(table, row) for one parsed record. Raises ValueError when a JSON column cannot hold a
     value (a non-finite float)."""
-    row = {"source_id": source_id, "byte_offset": offset, "line_no": line_no, **rec.capture}
+    row = {"source_id": source_id, "byte_offset": offset, "line_no": line_no,
+           **prefix.capture_columns(rec.capture)}
     f = rec.fields
     if rec.kind in ("sglang_decode", "sglang_prefill"):
         row.update(ts=_ts(rec.timestamp), ts_text=rec.timestamp, rank=rec.rank,

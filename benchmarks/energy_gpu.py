@@ -57,21 +57,33 @@ def measure(args) -> None:
     from specwatch.run.measure import ConfigJob, RunKey
 
     s = sweepfile.load(args.sweep)
-    keys = tuple(RunKey(c, r) for r in range(s.repeats) for c in s.concurrency)
+    # every planned load level (concurrencies, then request rates) x repeat, as rounds.plan_keys
+    # (which needs DuckDB: this half runs where there may be none); no rate search here
+    keys = tuple(RunKey(c, r, rate) for r in range(s.repeats) for c, rate in s.traffic.levels())
+    gpus = None if args.gpus == "none" else tuple(int(g) for g in args.gpus.split(","))
     results = []
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     prov = _provenance()
     for i, c in enumerate(s.configs):
         t = time.monotonic()
         job = ConfigJob(s, c, keys, str(Path(args.out) / "runs" / c.name), 0, None,
                         tuple(range(i * len(keys), (i + 1) * len(keys))), 0)
-        res = executors.measure_on_node(job, (0,))
+        res = executors.measure_on_node(job, gpus)
         results.append(res)
         e = [r.row.get("gpu_energy_j") for r in res.runs]
         print(f"{c.name}: {res.status} in {time.monotonic() - t:.0f} s; energy J per run {e}; "
               f"{res.failure_reason or ''}", flush=True)
+        _dump(args, prov, results)      # after every config: a stopped call keeps what it has
     prov["gpu_after"] = _provenance().get("gpu_idle")
-    with open(Path(args.out) / "energy_results.pkl", "wb") as fh:
-        pickle.dump({"sweep": str(args.sweep), "provenance": prov, "results": results}, fh)
+    _dump(args, prov, results)
+
+
+def _dump(args, prov: dict, results: list) -> None:
+    tmp = Path(args.out) / "energy_results.pkl.tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump({"sweep": str(args.sweep), "sweep_text": Path(args.sweep).read_text(),
+                     "provenance": prov, "results": results}, fh)
+    tmp.replace(Path(args.out) / "energy_results.pkl")
 
 
 TABLE = """
@@ -84,6 +96,24 @@ ORDER BY concurrency, is_baseline DESC, config
 """
 
 
+def _sweep_of(data: dict):
+    """The measured sweep, parsed from the text the measuring half pickled (its prompts file
+    need not exist here: only the traffic keys are used); None when it cannot be parsed."""
+    from specwatch.run import sweepfile
+    text = data.get("sweep_text")
+    if not text:
+        return None
+    try:
+        return sweepfile.loads(text)
+    except Exception:       # noqa: BLE001  (e.g. a prompts file of the GPU host)
+        import re
+        try:
+            return sweepfile.loads(re.sub(r'(?m)^prompts = .*$', 'prompts = "builtin:mixed"',
+                                          text))
+        except Exception:   # noqa: BLE001
+            return None
+
+
 def store_and_report(args) -> None:
     from specwatch.db import query
     from specwatch.run import writer
@@ -93,6 +123,12 @@ def store_and_report(args) -> None:
     for res in results:
         writer.store_result(args.db, res, args.out_dir, parquet=False)
     sweep_name = results[0].sweep
+    # a sweep with an [slo]: its targets, as run-sweep stores them (the SLO views judge by them)
+    sw = _sweep_of(data)
+    if sw is not None and sw.traffic.slo is not None:
+        writer.store_targets(args.db, sweep_name, sw.traffic)
+    if args.md is None and args.no_table:
+        return
     rep = query.run_sql(args.db, TABLE, [sweep_name])
     power = query.run_sql(args.db, """
         SELECT r.config_name AS config, r.concurrency, round(avg(m.value), 1) AS power_w_mean,
@@ -137,11 +173,14 @@ def main() -> None:
     m = sub.add_parser("measure")
     m.add_argument("--sweep", default=str(ROOT / "benchmarks" / "energy_gpu.toml"))
     m.add_argument("--out", required=True)
+    m.add_argument("--gpus", default="0", help="GPU ids for each config's server (none: CPU)")
     s = sub.add_parser("store")
     s.add_argument("--results", required=True)
     s.add_argument("--db", required=True)
     s.add_argument("--out-dir", default="runs-energy")
     s.add_argument("--md", default=None)
+    s.add_argument("--no-table", action="store_true",
+                   help="only store (another sweep than energy_gpu.toml, e.g. a rate sweep)")
     args = ap.parse_args()
     (measure if args.cmd == "measure" else store_and_report)(args)
 

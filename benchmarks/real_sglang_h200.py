@@ -14,7 +14,12 @@ Runs on the GPU machine only, inside the environment of the real-SGLang bundle (
      SGLang's own per-request `spec_accept_length` and with `/server_info`; count rejected lines;
   4. check teardown: no SGLang process left and GPU memory back to its starting level, after the
      sweep and after a SIGTERM mid-sweep;
-  5. write `real_sglang_h200.md` (commit, SGLang version, weight hashes, tables, findings).
+  5. write `real_sglang_h200.md` (commit, SGLang version, weight hashes, tables, findings);
+  6. `--phases rate` (issue 30): an open-loop sweep, the baseline and chain EAGLE-3 at Poisson
+     request rates (`--rates`) under an [slo] (`--slo-ttft-ms`, `--slo-e2e-ms`,
+     `--slo-percentile`), optionally a [rate_search]; GPU energy per run through NVML comes with
+     it (issue 32). `benchmarks/real_sglang_rate_report.py` reads its database back on the CPU
+     machine (views, and checks of the schedule, acceptance, goodput and energy of its own).
 
     python3 benchmarks/real_sglang_h200.py --site /tmp/site --tools .h200/tools --out /tmp/h200 \
         --pack $OUT/00-results.tgz
@@ -154,9 +159,12 @@ def sha256(path: Path) -> str:
 
 def write_sweep(path: Path, name: str, target: str, draft: str, repeats: int, num_prompts: int,
                 output_tokens: int, prompts: Path | str, configs: list[dict],
-                concurrency: list[int], engine: str = "sglang") -> None:
+                concurrency: list[int] | None, engine: str = "sglang",
+                traffic: list[str] = (), tables: list[str] = ()) -> None:
     """A sweep file as a user writes it. The built-in engine gets only the flags it shares with
-    SGLang (not the bundle's backend choices)."""
+    SGLang (not the bundle's backend choices). `concurrency` None: no closed-loop levels (an
+    open-loop sweep gives `request_rate` in `traffic`, top-level lines); `tables`: lines of
+    further tables ([slo], [rate_search]), written after [workload]."""
     def toml_list(xs):
         return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
     flags = COMMON_FLAGS if engine == "sglang" else ["--decode-log-interval", "8"]
@@ -164,11 +172,13 @@ def write_sweep(path: Path, name: str, target: str, draft: str, repeats: int, nu
              *([f'launch_command = ["{sys.executable}", "-m", "sglang.launch_server"]']
                if engine == "sglang" else []),
              f'model = "{target}"', f'draft_model = "{draft}"', 'speculative_algorithm = "EAGLE3"',
-             f"server_flags = {toml_list(flags)}", f"concurrency = {concurrency}",
+             f"server_flags = {toml_list(flags)}",
+             *([f"concurrency = {concurrency}"] if concurrency is not None else []),
+             *traffic,
              f"repeats = {repeats}", "startup_timeout_s = 300", "request_timeout_s = 120",
              "stop_grace_s = 20", "", "[workload]", f'prompts = "{prompts}"',
              f"num_prompts = {num_prompts}", "warmup_requests = 2",
-             f"output_tokens = {output_tokens}", "temperature = 0.0", "seed = 0", ""]
+             f"output_tokens = {output_tokens}", "temperature = 0.0", "seed = 0", "", *tables, ""]
     for c in configs:
         lines.append("[[config]]")
         for k, v in c.items():
@@ -311,11 +321,11 @@ def _analyse(db: Path, sweep_file: Path, predict, miss_mod: int | None) -> dict:
     con = duckdb.connect(str(db), read_only=True)
     q = lambda s, *a: con.execute(s, list(a)).fetchall()
     runs = q("""SELECT run_id, config_name, concurrency, repeat_idx, status, failure_reason,
-                       server_accept_len, client_accept_len, output_tok_s
-                FROM runs ORDER BY config_name, concurrency, repeat_idx""")
+                       server_accept_len, client_accept_len, output_tok_s, request_rate
+                FROM runs ORDER BY config_name, concurrency, request_rate, repeat_idx""")
     summary = {r[0]: r for r in q("SELECT run_id, accept_len, accept_rate FROM config_summary")}
     rows = []
-    for rid, cfg, conc, rep, status, reason, srv_al, cli_al, tok_s in runs:
+    for rid, cfg, conc, rep, status, reason, srv_al, cli_al, tok_s, rate in runs:
         reqs = q("""SELECT request_idx, output_tokens, spec_verify_ct, spec_accept_length,
                            spec_accept_histogram FROM requests
                     WHERE run_id = ? AND success AND NOT is_warmup ORDER BY request_idx""", rid)
@@ -331,7 +341,8 @@ def _analyse(db: Path, sweep_file: Path, predict, miss_mod: int | None) -> dict:
                 got.pop()
             exact += int(got == want and vct == sum(want))
         srv = summary.get(rid)
-        rows.append({"run_id": rid, "config": cfg, "concurrency": conc, "repeat": rep,
+        rows.append({"run_id": rid, "config": cfg, "concurrency": conc, "request_rate": rate,
+                     "repeat": rep,
                      "status": status, "failure_reason": reason,
                      "window_accept_len": srv[1] if srv else None,
                      "accept_rate": srv[2] if srv else None,
@@ -447,6 +458,68 @@ def exported_phase(args, env: dict, work: Path, out: Path, t_start: float) -> di
     return res
 
 
+def rate_sweep_lines(args) -> tuple[list[str], list[str]]:
+    """The open-loop keys of the rate phase (issue 30): top-level lines and the [slo] /
+    [rate_search] tables, as a user writes them (key names: specwatch/run/traffic.py)."""
+    rates = [float(x) for x in args.rates.split(",")]
+    top = [f"request_rate = {json.dumps(rates)}", 'arrival = "poisson"']
+    slo = ["[slo]", f"ttft_ms = {args.slo_ttft_ms:g}", f"e2e_ms = {args.slo_e2e_ms:g}",
+           f"percentile = {args.slo_percentile:g}", ""]
+    if args.rate_search:
+        lo, hi, steps = args.rate_search.split(",")
+        slo += ["[rate_search]", f"min_rate = {float(lo):g}", f"max_rate = {float(hi):g}",
+                f"steps = {int(steps)}", f"repeats = {args.rate_repeats}", ""]
+    return top, slo
+
+
+def rate_phase(args, env: dict, work: Path, out: Path, models: Path, prompts: Path,
+               t_start: float) -> dict:
+    """`specwatch run-sweep` open loop on real SGLang: the baseline and one chain EAGLE-3 config
+    at Poisson request rates under an SLO (issue 30), CUDA graphs on. GPU energy per run comes
+    with it wherever NVML is there (issue 32). Without DuckDB importable in the bundle env (the
+    device cannot carry both it and the bundle in one call) the same runs are measured through
+    `executors.measure_on_node` (benchmarks/energy_gpu.py measure: no store there) and pickled,
+    to be stored on the CPU machine (energy_gpu.py store --no-table)."""
+    cfg = [{"name": "eagle3-s3k1d4-graph", "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1, "server_flags": GRAPH}]
+    top, tables = rate_sweep_lines(args)
+    sweep = work / "rate.toml"
+    write_sweep(sweep, "real-rate", str(models / "tiny-llama"), str(models / "tiny-eagle3"),
+                args.rate_repeats, args.rate_num_prompts, args.output_tokens, prompts, cfg, None,
+                traffic=top, tables=tables)
+    res: dict = {"sweep_file": sweep.read_text()}
+    has_duckdb = sh([sys.executable, "-c", "import duckdb; print(duckdb.__version__)"],
+                    env=env)
+    res["duckdb"] = has_duckdb.stdout.strip() or has_duckdb.stderr.strip()[-200:]
+    left = args.budget_s - (time.monotonic() - t_start)
+    db = out / "real_rate.duckdb"
+    if has_duckdb.returncode == 0:
+        rc, wall = run_sweep(sweep, db, out / "runs-rate", env, max(60, left - 25),
+                             out / "rate.sweep.log")
+        res.update({"mode": "run-sweep", "exit_code": rc, "wall_s": round(wall, 1),
+                    "gpu_watch": WATCH.get(str(db)), "procs_left": sglang_procs(),
+                    "gpu_apps_left": gpu_apps(), "gpu_mem_mib_after": gpu_memory_mib(),
+                    "sweep_log_tail": (out / "rate.sweep.log").read_text(errors="replace")[-4000:]})
+        from expected_histogram import predict   # noqa: E402 (--tools is on sys.path)
+        res.update(analyse(db, sweep, predict, args.miss_mod))
+        return res
+    t = time.monotonic()
+    with open(out / "rate.measure.log", "w") as f:
+        p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "energy_gpu.py"),
+                              "measure", "--sweep", str(sweep), "--out", str(out / "rate-measure")],
+                             env=env, stdout=f, stderr=subprocess.STDOUT)
+        try:
+            rc2: int | str = p.wait(timeout=max(60, left - 25))
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGINT)
+            rc2 = f"SIGINT after {left - 25:.0f} s (budget): {p.wait(timeout=60)}"
+    res.update({"mode": "measure_on_node (no DuckDB here)", "exit_code": rc2,
+                "wall_s": round(time.monotonic() - t, 1), "procs_left": sglang_procs(),
+                "pickle": str(out / "rate-measure" / "energy_results.pkl"),
+                "measure_log_tail": (out / "rate.measure.log").read_text(errors="replace")[-3000:]})
+    return res
+
+
 def save(report: dict, out: Path, t_start: float) -> None:
     """Write the results so far (a later phase may run out of time)."""
     report["wall_s"] = round(time.monotonic() - t_start, 1)
@@ -459,7 +532,8 @@ def save(report: dict, out: Path, t_start: float) -> None:
             ph = {"value": ph}
         md.append(f"## {name}")
         if "runs" in ph:
-            md.append(table(ph["runs"], ["config", "concurrency", "repeat", "status",
+            md.append(table(ph["runs"], ["config", "concurrency", "request_rate", "repeat",
+                                         "status",
                                          "window_accept_len", "client_accept_len",
                                          "server_info_accept_len", "requests",
                                          "requests_matching_prediction", "output_tok_s",
@@ -500,7 +574,21 @@ def main() -> int:
     ap.add_argument("--exported-configs", default=None,
                     help="only these real-SGLang configs in the exported phase (comma-separated "
                          "names; the baseline is always added)")
-    ap.add_argument("--phases", default="fixture,sigterm")
+    ap.add_argument("--phases", default="fixture,sigterm",
+                    help="comma-separated: fixture, sigterm, exported, rate (the open-loop rate "
+                         "sweep under an SLO, issue 30; alone: --phases rate)")
+    ap.add_argument("--rates", default="8,16,32,64,128,256",
+                    help="rate phase: request rates (requests/s), Poisson arrivals")
+    ap.add_argument("--rate-repeats", type=int, default=3)
+    ap.add_argument("--rate-num-prompts", type=int, default=64)
+    ap.add_argument("--slo-ttft-ms", type=float, default=200)
+    ap.add_argument("--slo-e2e-ms", type=float, default=300)
+    ap.add_argument("--slo-percentile", type=float, default=90)
+    ap.add_argument("--rate-search", default=None,
+                    help="rate phase: MIN,MAX,STEPS of a [rate_search] (each of its rounds "
+                         "starts both servers again)")
+    ap.add_argument("--db-copy", default=None,
+                    help="rate phase: also copy its database here (e.g. $OUT/real_rate.duckdb)")
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--fixture-configs", default=None,
                     help="only these fixture configs (comma-separated names)")
@@ -568,7 +656,16 @@ def main() -> int:
             phase_errors["exported"] = f"{type(exc).__name__}: {exc}"
         save(report, out, t_start)
         args.phases = ",".join(args.phases.split(",")[1:])
-    if "fixture" in args.phases:
+    if "rate" in args.phases.split(","):
+        try:
+            report["phases"]["rate"] = rate_phase(args, env, work, out, models, prompts, t_start)
+        except Exception as exc:   # keep what was measured
+            phase_errors["rate"] = f"{type(exc).__name__}: {exc}"
+        save(report, out, t_start)
+        if args.db_copy and (out / "real_rate.duckdb").exists():
+            import shutil
+            shutil.copy(out / "real_rate.duckdb", args.db_copy)
+    if "fixture" in args.phases.split(","):
         left = args.budget_s - (time.monotonic() - t_start)
         # reserve time only for the phases that follow (2026-12-01: a fixture-only call kept 120 s
         # for nothing and stopped the baseline while its first, cold start compiled kernels)

@@ -344,3 +344,19 @@ def test_an_old_database_gets_the_values_in_their_columns(tmp_path):
     row = _dump(db)["decode_windows"][1]
     assert row["accept_len"] == b.expect["accept_len"] and row["service"] == "sglang-1"
     assert row["running_req"] == b.expect["running_req"] and row["ts_text"] == b.expect["timestamp"]
+
+
+@pytest.mark.parametrize("capture", ["sglang-1  | ", "[pod/sglang-0/server] ", "logs/server.log:90:",
+                                     "server.log:7:", "12:", "Nov 20 10:00:00 gpu-7 sglang[81]: ",
+                                     "@c:\\runs\\server.txt "])
+@pytest.mark.parametrize("exc", ["TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType'",
+                                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                                 "importlib.metadata.PackageNotFoundError: No package metadata was found for vllm"])
+def test_a_traceback_last_line_after_a_capture_prefix_is_the_same_event(capture, exc):
+    """A server's fatal exception reads the same after any known capture prefix, grep's
+    `FILE:N:` glued to the name included."""
+    bare = parse.parse_line(exc)
+    got = parse.parse_line(capture + exc)
+    assert isinstance(got, parse.Record) and got.kind == bare.kind == "exception"
+    assert got.fields == bare.fields == {"message": exc}
+    assert got.capture.get("line_prefix") == capture

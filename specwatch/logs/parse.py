@@ -408,8 +408,11 @@ def parse_line(line: str) -> Record | Rejected | None:
             continue
         start = at
         if anchor == "Error: ":
-            # a traceback's last line `ModuleNotFoundError: No module named 'x'` starts at the name
-            start = max(text.rfind(" ", 0, at), text.rfind("]", 0, at), -1) + 1
+            # a traceback's last line `ModuleNotFoundError: No module named 'x'` starts at the
+            # (dotted) name, whatever is before it (`]`, a space, grep's `server.log:90:`)
+            start = at
+            while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_."):
+                start -= 1
         elif anchor == "LLM engine (v":
             # `Initializing a V1 LLM engine (v…`, `… a V0 …` (0.7-0.10), `… an LLM engine` (<= 0.6)
             m = _ENGINE_INIT.search(text, 0, at + 1)

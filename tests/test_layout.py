@@ -63,7 +63,8 @@ def _imports(path: Path) -> list[tuple[int, str, bool]]:
     """(line, imported specwatch module, at module level) for every import in `path`."""
     tree = ast.parse(path.read_text(), str(path))
     top = {id(n) for n in tree.body}
-    top |= {id(n) for s in tree.body if isinstance(s, (ast.If, ast.Try)) for n in ast.walk(s)}
+    top |= {id(n) for s in tree.body if isinstance(s, (ast.If, ast.Try)) and not _type_checking(s)
+            for n in ast.walk(s)}
     out = []
     for node in ast.walk(tree):
         names: list[str] = []
@@ -76,6 +77,14 @@ def _imports(path: Path) -> list[tuple[int, str, bool]]:
             names = [a.name for a in node.names if a.name.split(".")[0] == "specwatch"]
         out += [(node.lineno, n, id(node) in top) for n in names]
     return out
+
+
+def _type_checking(node: ast.stmt) -> bool:
+    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`): imports for annotations only, never run."""
+    t = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING")
+        or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"))
 
 
 def _exists(module: str) -> bool:

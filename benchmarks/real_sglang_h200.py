@@ -24,6 +24,19 @@ Runs on the GPU machine only, inside the environment of the real-SGLang bundle (
     python3 benchmarks/real_sglang_h200.py --site /tmp/site --tools .h200/tools --out /tmp/h200 \
         --pack $OUT/00-results.tgz
 
+Carrying (measured 2026-12-05): the tracked tree is 21.3 MiB, the bundle's site.tar.xz 38.7 MiB
+and DuckDB 2.0.1 15.4 MiB even as tar.xz -9e (24 MiB as a wheel), so one call cannot carry both
+under the device's 64 MiB. Two calls on one warm machine (it waits 30 s between calls): first
+carry DuckDB and unpack it to /tmp/duck (outside the checkout, so it stays), then carry the
+bundle and run with PYTHONPATH=/tmp/duck:
+
+    python3 benchmarks/real_sglang_h200.py --site /tmp/site --tools .h200/tools --out /tmp/h200 \
+        --phases rate --pack $OUT/00-results.tgz --db-copy $OUT/real_rate.duckdb --budget-s 490
+
+If the second call lands on a fresh machine (no DuckDB), the rate phase measures the same runs
+through measure_on_node and pickles them (/tmp/h200/rate-measure/energy_results.pkl): store them
+here with `energy_gpu.py store --results ... --db ... --no-table`.
+
 Not a test: nothing here runs in CI (there is no GPU there). The contract tier
 (`tests/contract/`) checks the same facts against the real package without a GPU.
 """

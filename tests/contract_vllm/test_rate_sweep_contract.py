@@ -68,6 +68,10 @@ server_flags = ["--per-request-spec-decode-metrics", "summary"]
 """
 
 
+@pytest.mark.xfail(strict=True, reason="open bug (issue 30): against real vLLM on 2 CPU cores the "
+                   "sends fall behind the Poisson schedule cumulatively (lateness 0.3, 0.3, 61, "
+                   "118, 175, 287 ms ... at 2/s, median 90 ms): the generator shapes the load "
+                   "there; the built-in engine and the fixed-delay server keep it under 6 ms")
 def test_a_rate_sweep_on_real_vllm(tmp_path):
     path = tmp_path / "rate.toml"
     path.write_text(textwrap.dedent(SWEEP))

@@ -338,21 +338,11 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
         return 0
     con.register("_specwatch_batch", tbl)
     try:
-        # by name where the stored order differs (a database made by an older version has its
-        # newer columns last, ALTER ADD); positional otherwise, which DuckDB inserts faster
-        by_name = "" if _stored_columns(con, table) == tbl.column_names else "BY NAME "
-        con.execute(f"INSERT INTO {table} {by_name}SELECT * FROM _specwatch_batch")
+        # by name: a database made by an older version has its newer columns last (ALTER ADD)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _specwatch_batch")
     finally:
         con.unregister("_specwatch_batch")
     return tbl.num_rows
-
-
-def _stored_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
-    """The table's columns in their stored order."""
-    return [r[0] for r in con.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? AND schema_name = "
-        "current_schema() AND database_name = current_database() ORDER BY column_index",
-        [table]).fetchall()]
 
 
 

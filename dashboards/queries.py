@@ -135,6 +135,11 @@ SELECT * FROM group_slo
 WHERE group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
 ORDER BY sweep_name, config, concurrency NULLS LAST, request_rate
 """
+TRAFFIC_SCHEDULE = """
+SELECT * FROM group_schedule
+WHERE group_id IN (SELECT group_id FROM run_metrics WHERE run_id IN (SELECT unnest(?::VARCHAR[])))
+ORDER BY sweep_name, request_rate, config
+"""
 TRAFFIC_PER_CONFIG = """
 SELECT * FROM {view}
 WHERE (sweep_name, config) IN (SELECT sweep_name, config_name FROM run_metrics

@@ -74,6 +74,10 @@ def view(db: str, run_ids: tuple, refresh_s: int | None) -> None:
     cross = r.df(Q.TRAFFIC_PER_CONFIG.format(view="config_crossover"), (list(run_ids),))
     cats = r.df(Q.TRAFFIC_CATEGORIES, (list(run_ids),))
     stats = r.df(Q.STATS, (list(run_ids),))
+    sched = r.df(Q.TRAFFIC_SCHEDULE, (list(run_ids),))
+    for _, g in sched[sched["runs_off_schedule"] > 0].iterrows():
+        st.warning(f"Off schedule: {g['config']} at {g['request_rate']:g}/s, "
+                   f"{g['runs_off_schedule']} of {g['runs']} runs: {g['schedule_reason']}")
     if slo.empty and cross.empty and cats.empty:
         st.info("Traffic needs a sweep with request rates and an [slo] (examples/"
                 "builtin_rate_sweep.toml), or prompts with categories. None in this selection.")

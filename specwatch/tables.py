@@ -349,6 +349,13 @@ def max_rate_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+def schedule_lines(rows: list[dict]) -> list[str]:
+    """The open-loop groups with a run whose sends did not keep the arrival schedule."""
+    return [f"off schedule: {r['config']} {level(r['concurrency'], r['request_rate'])}: "
+            f"{r['runs_off_schedule']} of {r['runs']} runs: {r['schedule_reason']}"
+            for r in rows if r["runs_off_schedule"]]
+
+
 def crossover_lines(rows: list[dict]) -> list[str]:
     out = []
     for r in rows:
@@ -403,7 +410,7 @@ def traffic_render(rep, con) -> None:
             con.print(goodput_table(slo))
         lines = []
         for res, fn in ((rep.max_rate, max_rate_lines), (rep.crossover, crossover_lines),
-                        (rep.repeats, repeats_lines)):
+                        (rep.repeats, repeats_lines), (rep.schedule, schedule_lines)):
             lines += fn([r for r in (res.dicts() if res else []) if r["sweep_name"] == s])
         for line in lines:
             con.print(line, markup=False, overflow="fold")

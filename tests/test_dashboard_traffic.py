@@ -105,3 +105,21 @@ def test_traffic_view_without_rates_says_what_it_needs(tmp_path, monkeypatch):
     at = view(path, monkeypatch)
     assert not at.exception
     assert any("request rates and an [slo]" in str(i.value) for i in at.info)
+
+
+def test_traffic_view_warns_of_a_group_whose_sends_were_off_schedule(tmp_path, monkeypatch):
+    """Due every 100 ms; one repeat sent a late burst (0, 150, 210, 300: gaps CV 0.46 against
+    the schedule's 0), the other on time: 1 of 2 runs off schedule; the on-time group: none."""
+    path = tmp_path / "s.duckdb"
+    with store.writer(path) as con:
+        for cfg, rep, sends in (("x", 0, (0, 150, 210, 300)), ("x", 1, (0, 100, 200, 300)),
+                                ("baseline", 0, (0, 100, 200, 300))):
+            run(con, "sc", cfg, rep, rate=10.0, reqs=[
+                dict(send_offset_ms=s, arrival_offset_ms=100 * i, ttft_ms=10, e2e_ms=20)
+                for i, s in enumerate(sends)])
+        targets(con, "sc", slo_ttft_ms=LIMIT, slo_percentile=50)
+    at = view(path, monkeypatch)
+    assert not at.exception, [e.value for e in at.exception]
+    warned = [str(w.value) for w in at.warning if "Off schedule" in str(w.value)]
+    assert len(warned) == 1 and warned[0].startswith("Off schedule: x at 10/s, 1 of 2 runs: ")
+    assert "gaps CV 0.46 against 0.00" in warned[0]

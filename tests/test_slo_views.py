@@ -10,11 +10,13 @@ t(0.975, 2) = 4.3027.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 
 import pytest
 
 from specwatch.db import store
+from conftest import run_cli
 
 T0 = dt.datetime(2026, 12, 4, 10, 0, 0)
 T975_2 = 4.3027
@@ -146,6 +148,52 @@ def test_arrivals_achieved_rate_cv_and_lateness(tmp_path):
     assert r["arrival_cv"] == pytest.approx(0.5)
     assert (r["send_lateness_ms_p50"], r["send_lateness_ms_p99"], r["send_lateness_ms_max"]) \
         == pytest.approx((5.0, 19.7, 20.0))
+
+
+def test_a_run_keeps_its_schedule_when_rate_and_cv_are_the_schedules(tmp_path):
+    """Due every 100 ms (0, 100, 200, 300: 10 requests/s, gaps CV 0). By hand:
+    a  sends 0, 100, 200, 306: 3 / 0.306 = 9.80/s (-1.96%), gaps 100 100 106: CV 3.46/102 = 0.034:
+       kept (within 2% and 0.1);
+    b  sends 0, 100, 200, 310: 3 / 0.310 = 9.68/s (-3.2%): off (the rate);
+    c  sends 0, 150, 210, 300: 10/s exactly, gaps 150 60 90: mean 100, sd sqrt(2100) = 45.8:
+       CV 0.458: off (the gaps: a late burst); lateness 0 50 10 0: p50 5 ms, max 50 ms;
+    a closed-loop run has no schedule: NULL, and no group_schedule row."""
+    db = tmp_path / "k.duckdb"
+    due = [0, 100, 200, 300]
+    with store.writer(db) as con:
+        for cfg, rep, sends in (("a", 0, [0, 100, 200, 306]), ("x", 0, [0, 100, 200, 310]),
+                                ("x", 1, [0, 150, 210, 300])):
+            run(con, "k", cfg, rep, rate=10.0, reqs=[
+                dict(send_offset_ms=s, arrival_offset_ms=a, ttft_ms=1, e2e_ms=1)
+                for s, a in zip(sends, due)])
+        run(con, "k", "a", 0, conc=2, reqs=[dict(send_offset_ms=s, ttft_ms=1, e2e_ms=1)
+                                           for s in (0, 5, 40)])
+    got = {r["run_id"]: r for r in one(db, "SELECT * FROM run_arrivals")}
+    a, b, c, closed = (got[k] for k in ("k/a/rps10/r0", "k/x/rps10/r0", "k/x/rps10/r1",
+                                        "k/a/c2/r0"))
+    assert (a["schedule_rate_req_s"], a["schedule_cv"]) == pytest.approx((10.0, 0.0))
+    assert a["achieved_rate_req_s"] == pytest.approx(3 / 0.306)
+    assert a["arrival_cv"] == pytest.approx(math.sqrt(12) / 102)
+    assert a["schedule_kept"] is True and a["schedule_reason"] is None
+    assert b["schedule_kept"] is False and b["schedule_reason"].startswith(
+        "sent at 9.68/s against the schedule's 10/s, gaps CV 0.06 against 0.00")
+    assert c["arrival_cv"] == pytest.approx(math.sqrt(2100) / 100)
+    assert c["schedule_kept"] is False and "gaps CV 0.46 against 0.00, sends 5 ms late at p50 " \
+        "(max 50 ms)" in c["schedule_reason"]
+    assert closed["schedule_kept"] is None and closed["schedule_rate_req_s"] is None
+    groups = {r["config"]: r for r in one(db, "SELECT * FROM group_schedule")}
+    assert set(groups) == {"a", "x"}                           # the closed-loop group: none
+    assert (groups["a"]["runs"], groups["a"]["runs_off_schedule"]) == (1, 0)
+    x = groups["x"]
+    assert (x["runs"], x["runs_off_schedule"]) == (2, 2)
+    assert x["schedule_reason"] == c["schedule_reason"]        # the latest at p50: c's 5 ms
+    # the report names the group (text), and its JSON carries every open-loop group
+    text = run_cli("report", "--db", db).stdout
+    assert "off schedule: x 10/s: 2 of 2 runs: sent at 10/s against the schedule's 10/s" \
+        in " ".join(text.split())
+    assert "off schedule: a" not in text
+    doc = json.loads(run_cli("report", "--db", db, "--format", "json").stdout)
+    assert {(r["config"], r["runs_off_schedule"]) for r in doc["schedule"]} == {("a", 0), ("x", 2)}
 
 
 # ------------------------------------------------------------------------------- max rate

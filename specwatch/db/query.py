@@ -353,12 +353,14 @@ class StatsReport:
     winners: Result
     runs: Result
     # traffic and SLOs (slo_views.py): per group under an SLO, per config its max rate under it
-    # and its crossover load, adaptive-repeat status, and accept length / speedup by category
+    # and its crossover load, adaptive-repeat status, accept length / speedup by category, and
+    # per open-loop group whether its sends kept the arrival schedule
     slo: Result | None = None
     max_rate: Result | None = None
     crossover: Result | None = None
     repeats: Result | None = None
     categories: Result | None = None
+    schedule: Result | None = None
 
     @property
     def single_repeat(self) -> bool:
@@ -370,7 +372,7 @@ class StatsReport:
         """The JSON document of `specwatch report --format json`."""
         out = {"configs": self.configs.dicts(), "concurrency": self.winners.dicts(),
                "runs": self.runs.dicts()}
-        for key in ("slo", "max_rate", "crossover", "repeats", "categories"):
+        for key in ("slo", "max_rate", "crossover", "repeats", "categories", "schedule"):
             res = getattr(self, key)
             out[key] = res.dicts() if res is not None else []
         return out
@@ -424,6 +426,7 @@ SLO_REPORTS = [
     ("repeats", "group_repeats", "sweep_name, config, concurrency NULLS LAST, request_rate"),
     ("categories", "category_stats", "sweep_name, category, is_baseline DESC, config, "
                                      "concurrency NULLS LAST, request_rate"),
+    ("schedule", "group_schedule", "sweep_name, request_rate, is_baseline DESC, config"),
 ]
 
 

@@ -11,6 +11,16 @@ run_arrivals (one row per run with send times; measured requests only, failed on
                         1/sqrt(burstiness) for gamma arrivals)
   send_lateness_ms_*  = send_offset_ms − arrival_offset_ms: how late the load generator sent a
                         request against its arrival time (open loop only)
+  schedule_rate_req_s, schedule_cv = the same two over the arrival times asked (arrival_offset_ms)
+  schedule_kept       = |achieved_rate / schedule_rate − 1| <= SCHEDULE_RATE_TOL and
+                        |arrival_cv − schedule_cv| <= SCHEDULE_CV_TOL: the server saw the traffic
+                        asked (NULL closed loop); false with schedule_reason (the numbers, and
+                        what to do) when the client could not send on time (a starved client
+                        machine: a CPU server on the same cores sends late bursts)
+
+group_schedule (one row per open-loop group): runs, runs_off_schedule (schedule_kept false), the
+  worst run's send_lateness_ms_p50 and its schedule_reason. `report` names every group with a
+  run off schedule: its goodput and latencies are at other traffic than asked.
 
 run_slo (one row per run of a sweep with an [slo]; p = slo_percentile):
   a request is good   when it succeeded and, for each limit set: ttft_ms <= slo_ttft_ms,
@@ -73,6 +83,10 @@ from specwatch.db.stats import OK, t975_sql
 
 VIEWS: list[str] = []
 LIMITS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+# a run kept its arrival schedule when the sends' rate and gap CV are the schedule's within these
+# (the load generator's own bounds: benchmarks/bench_load_generator.py)
+SCHEDULE_RATE_TOL = 0.02
+SCHEDULE_CV_TOL = 0.1
 
 
 def pct_sql(sorted_list: str, p: str) -> str:
@@ -109,23 +123,61 @@ FROM (
 """
 
 
-VIEWS.append("""
+VIEWS.append(f"""
 CREATE OR REPLACE VIEW run_arrivals AS
 WITH s AS (
   SELECT run_id, send_offset_ms, arrival_offset_ms,
     send_offset_ms - lag(send_offset_ms) OVER (PARTITION BY run_id
-                                               ORDER BY send_offset_ms, request_idx) AS gap_ms
+                                               ORDER BY send_offset_ms, request_idx) AS gap_ms,
+    arrival_offset_ms - lag(arrival_offset_ms) OVER (PARTITION BY run_id
+                                                     ORDER BY arrival_offset_ms, request_idx)
+      AS due_gap_ms
   FROM requests
   WHERE NOT coalesce(is_warmup, false) AND send_offset_ms IS NOT NULL
+), a AS (
+  SELECT run_id, count(*) AS requests_sent,
+    (count(*) - 1) * 1000.0 / nullif(max(send_offset_ms) - min(send_offset_ms), 0)
+      AS achieved_rate_req_s,
+    stddev_samp(gap_ms) / nullif(avg(gap_ms), 0) AS arrival_cv,
+    (count(arrival_offset_ms) - 1) * 1000.0
+      / nullif(max(arrival_offset_ms) - min(arrival_offset_ms), 0) AS schedule_rate_req_s,
+    stddev_samp(due_gap_ms) / nullif(avg(due_gap_ms), 0) AS schedule_cv,
+    quantile_cont(send_offset_ms - arrival_offset_ms, 0.5) AS send_lateness_ms_p50,
+    quantile_cont(send_offset_ms - arrival_offset_ms, 0.99) AS send_lateness_ms_p99,
+    max(send_offset_ms - arrival_offset_ms) AS send_lateness_ms_max
+  FROM s GROUP BY run_id
+), k AS (
+  SELECT *,
+    CASE WHEN schedule_rate_req_s IS NULL OR achieved_rate_req_s IS NULL THEN NULL
+         ELSE abs(achieved_rate_req_s / schedule_rate_req_s - 1) <= {SCHEDULE_RATE_TOL}
+              AND abs(coalesce(arrival_cv, 0) - coalesce(schedule_cv, 0)) <= {SCHEDULE_CV_TOL}
+    END AS schedule_kept
+  FROM a
 )
-SELECT run_id, count(*) AS requests_sent,
-  (count(*) - 1) * 1000.0 / nullif(max(send_offset_ms) - min(send_offset_ms), 0)
-    AS achieved_rate_req_s,
-  stddev_samp(gap_ms) / nullif(avg(gap_ms), 0) AS arrival_cv,
-  quantile_cont(send_offset_ms - arrival_offset_ms, 0.5) AS send_lateness_ms_p50,
-  quantile_cont(send_offset_ms - arrival_offset_ms, 0.99) AS send_lateness_ms_p99,
-  max(send_offset_ms - arrival_offset_ms) AS send_lateness_ms_max
-FROM s GROUP BY run_id
+SELECT *,
+  CASE WHEN NOT schedule_kept THEN
+    printf('sent at %.3g/s against the schedule''s %.3g/s, gaps CV %.2f against %.2f, '
+           || 'sends %.0f ms late at p50 (max %.0f ms): the client did not keep the arrival '
+           || 'schedule, so the server saw other traffic than asked; run the load where the '
+           || 'client has a free core (a CPU server on the same cores starves it)',
+           achieved_rate_req_s, schedule_rate_req_s, coalesce(arrival_cv, 0),
+           coalesce(schedule_cv, 0), send_lateness_ms_p50, send_lateness_ms_max) END
+    AS schedule_reason
+FROM k
+""")
+
+VIEWS.append("""
+CREATE OR REPLACE VIEW group_schedule AS
+SELECT g.sweep_name, g.config, g.config_name, g.is_baseline, g.concurrency, g.request_rate,
+  m.group_id, count(*) AS runs, count(*) FILTER (WHERE NOT a.schedule_kept) AS runs_off_schedule,
+  max(a.send_lateness_ms_p50) AS send_lateness_ms_p50_max,
+  arg_max(a.schedule_reason, a.send_lateness_ms_p50) FILTER (WHERE NOT a.schedule_kept)
+    AS schedule_reason
+FROM run_arrivals a
+JOIN (SELECT DISTINCT run_id, group_id FROM run_metrics) m USING (run_id)
+JOIN run_groups g USING (group_id)
+WHERE a.schedule_kept IS NOT NULL
+GROUP BY ALL
 """)
 
 _at = {m: pct_sql(f"{m}s", "slo_percentile") for m in LIMITS}

@@ -497,12 +497,11 @@ def recommend(db, engine, sweep_name, slo, max_batch_size, fmt, verify_file, out
 
     Example: specwatch recommend --db runs.duckdb --engine vllm --format json
     """
-    from specwatch.db import query, schema
+    from specwatch.db import query
     from specwatch.diagnose import recommend as rec
 
     try:
         slo_limits = rec.parse_slo(slo)
-        _upgrade_views(db, schema, query)
         if verify_file:
             _recommend_verify(db, engine, slo_limits, max_batch_size, fmt, verify_file, out_dir)
         result = rec.recommend(db, engine or _stored_engine(db, sweep_name, query, rec),
@@ -541,19 +540,6 @@ def _recommend_verify(db, engine, slo_limits, max_batch_size, fmt, verify_file, 
             rec.Band(**b) for b in r["bands"]]})), nl=False)
         click.echo(sv.render_text(report), nl=False)
     sys.exit(130 if report.interrupted else 1 if report.at_least_as_good is False else 0)
-
-
-def _upgrade_views(db, schema, query) -> None:
-    """A database written by an older specwatch lacks newer views (config_pairs): one writer
-    burst brings the schema up to date, as the next ingest would."""
-    import pathlib
-
-    if not pathlib.Path(db).exists():
-        return
-    got = query.run_sql(db, "SELECT max(schema_version) AS v FROM specwatch_meta").rows[0][0]
-    if got is not None and got < schema.SCHEMA_VERSION:
-        with store.writer(db):
-            pass
 
 
 def _stored_engine(db, sweep_name, query, rec) -> str:

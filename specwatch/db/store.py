@@ -276,12 +276,40 @@ def reader(path: str | Path, wait_s: float = READ_WAIT_S,
     if not Path(path).exists():
         raise StoreError(f"{path}: no such database; create it with `specwatch ingest LOG --db {path}` "
                          "or `specwatch run-sweep`")
+    _bring_up_to_date(path)
     cfg = {**(config or {}), **READER_CONFIG}   # lock_configuration last: it locks what precedes
     con = connect(path, read_only=True, wait_s=wait_s, config=cfg)
     try:
         yield con
     finally:
         con.close()
+
+
+_current: set[str] = set()   # the databases this process found at SCHEMA_VERSION
+
+
+def _bring_up_to_date(path: str | Path) -> None:
+    """A database written by an older specwatch lacks the newer views and columns its readers
+    query: one writer burst (ensure_schema) brings it up to date, as the next ingest would. Once
+    per process and file. Best effort: a file that is not specwatch's, one this process may not
+    write, or one a writer holds (which brings it up to date itself) is read as it is."""
+    key = os.path.realpath(path)
+    if key in _current:
+        return
+    try:
+        con = connect(path, read_only=True, config=dict(READER_CONFIG))
+        try:
+            version = con.execute("SELECT max(schema_version) FROM specwatch_meta").fetchall()[0][0]
+        except duckdb.CatalogException:
+            return                      # not specwatch's database: never written to from here
+        finally:
+            con.close()
+        if version is not None and version < schema.SCHEMA_VERSION:
+            with writer(path, wait_s=READ_WAIT_S):
+                pass
+    except StoreError:
+        return
+    _current.add(key)
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specwatch.run import arrivals
+from rate_rows import by_run, check_goodput, check_schedule, kept
 from test_sweep_e2e import leftovers, rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,17 +87,13 @@ def test_a_rate_sweep_with_an_slo_on_the_builtin_engine(tmp_path):
                     "FROM requests q JOIN runs r USING (run_id) "
                     "WHERE r.sweep_name = 'rate-e2e' AND NOT q.is_warmup "
                     "ORDER BY q.run_id, q.request_idx")
-    by_run: dict[str, list[dict]] = {}
-    for q in reqs:
-        by_run.setdefault(q["run_id"], []).append(q)
-    for rid, qs in by_run.items():
-        r0 = qs[0]
-        assert len(qs) == N
+    runs_of = by_run(reqs)
+    arr = {r["run_id"]: r for r in rows(db, "SELECT * FROM run_arrivals")}
+    for rid, qs in runs_of.items():
         # the schedule is the arrival process's, seeded by (workload seed, repeat)
-        want = arrivals.rate_offsets(N, r0["request_rate"], 1.0, (SEED, r0["repeat_idx"]))
-        assert [q["arrival_offset_ms"] for q in qs] == pytest.approx([w * 1000 for w in want])
-        sends = np.sort([q["send_offset_ms"] / 1000 for q in qs])
-        assert (N - 1) / (sends[-1] - sends[0]) == pytest.approx(r0["request_rate"], rel=0.05)
+        sends = check_schedule(qs, N, SEED)
+        assert (N - 1) / (sends[-1] - sends[0]) == pytest.approx(qs[0]["request_rate"], rel=0.05)
+        assert arr[rid]["schedule_kept"] is kept(qs)
         assert {q["category"] for q in qs} <= {"chat", "code", "math", "summarisation"}
     # the baseline and chain of one (rate, repeat) were asked for at the same times
     sched = {(q["config_name"], q["request_rate"], q["repeat_idx"], q["request_idx"]):
@@ -108,7 +104,7 @@ def test_a_rate_sweep_with_an_slo_on_the_builtin_engine(tmp_path):
     # the real send gaps of chain's runs (independent arrivals per repeat; the two rates share
     # a pattern, so one rate's runs only) against the exponential: one-sample KS, alpha 0.001
     gaps = []
-    for rid, qs in by_run.items():
+    for rid, qs in runs_of.items():
         if qs[0]["config_name"] == "chain" and qs[0]["request_rate"] == RATES[0]:
             sends = np.sort([q["send_offset_ms"] / 1000 for q in qs])
             gaps += list(np.diff(sends) * RATES[0])
@@ -120,11 +116,9 @@ def test_a_rate_sweep_with_an_slo_on_the_builtin_engine(tmp_path):
 
     # goodput by the definition, from the stored rows: good = ok, ttft and tpot within limits
     slo = {r["run_id"]: r for r in rows(db, "SELECT * FROM run_slo")}
-    for rid, qs in by_run.items():
-        good = sum(1 for q in qs if q["success"] and q["ttft_ms"] <= TTFT_MS
-                   and (q["tpot_ms"] or 0) <= TPOT_MS)
-        assert slo[rid]["good_requests"] == good
-        assert slo[rid]["goodput_req_s"] == pytest.approx(good / qs[0]["duration_s"])
+    for rid, qs in runs_of.items():
+        check_goodput(qs, slo[rid], lambda q: q["ttft_ms"] <= TTFT_MS
+                      and (q["tpot_ms"] or 0) <= TPOT_MS)
 
     stats = doc["stats"]
     assert {r["config"] for r in stats["max_rate"]} == {"baseline", "chain"}

@@ -4,8 +4,11 @@ open-loop at request rates over vLLM's /v1/completions. Every expected value com
 arrival schedule (arrivals.rate_offsets), the stored request rows or the fixture's construction
 (engine/fixture.expected_histogram), never from specwatch's own views:
 
-- every run ok, no process left; each request was due when the Poisson schedule says and sent
-  within a few ms of it (median); the achieved rate is the schedule's within 5%;
+- every run ok, no process left; each request was due when the Poisson schedule says and never
+  sent before it; whether the sends kept the schedule (rate within 2%, gap CV within 0.1), which
+  on 2 cores shared with real vLLM they often do not (the server starves the client: sends
+  100-500 ms late in bursts, as an idle process on the box sees it too), is what run_arrivals
+  and the report say;
 - under open-loop load (requests overlapping in vLLM's batches) every EAGLE-3 request still has
   exactly the fixture's acceptance histogram;
 - goodput per run is the request rows' count within the limits / the run's duration, and the
@@ -17,13 +20,13 @@ import json
 import os
 import subprocess
 import textwrap
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from specwatch.engine import fixture
-from specwatch.run import arrivals, load, sweepfile
+from specwatch.run import load, sweepfile
+
+from rate_rows import by_run, check_goodput, check_schedule, kept
 
 from .conftest import ROOT, SPECWATCH_PY, VLLM_PY
 from .test_real_sweep_contract import _left, _sql
@@ -68,10 +71,6 @@ server_flags = ["--per-request-spec-decode-metrics", "summary"]
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open bug (issue 30): against real vLLM on 2 CPU cores the "
-                   "sends fall behind the Poisson schedule cumulatively (lateness 0.3, 0.3, 61, "
-                   "118, 175, 287 ms ... at 2/s, median 90 ms): the generator shapes the load "
-                   "there; the built-in engine and the fixed-delay server keep it under 6 ms")
 def test_a_rate_sweep_on_real_vllm(tmp_path):
     path = tmp_path / "rate.toml"
     path.write_text(textwrap.dedent(SWEEP))
@@ -90,24 +89,15 @@ def test_a_rate_sweep_on_real_vllm(tmp_path):
                     "ORDER BY q.run_id, q.request_idx")
     sw = sweepfile.load(path)
     _warm, specs = load.build_requests(sw.workload, load.read_prompts(sw.workload))
-    by_run: dict[str, list[dict]] = {}
-    for q in reqs:
-        by_run.setdefault(q["run_id"], []).append(q)
-    for rid, qs in by_run.items():
-        rate, rep = qs[0]["request_rate"], qs[0]["repeat_idx"]
-        want = arrivals.rate_offsets(N, rate, 1.0, (SEED, rep))
-        assert [q["arrival_offset_ms"] for q in qs] == pytest.approx([w * 1000 for w in want])
-        late = [q["send_offset_ms"] - q["arrival_offset_ms"] for q in qs]
-        assert np.median(late) < 20 and max(late) < 500, late    # a busy 2-core box
-        sends = np.sort([q["send_offset_ms"] for q in qs]) / 1000
-        # the schedule's own rate (12 Poisson gaps scatter far from the asked one)
-        assert (N - 1) / (sends[-1] - sends[0]) == pytest.approx(
-            (N - 1) / (want[-1] - want[0]), rel=0.05)
-        good = sum(1 for q in qs if q["success"] and q["ttft_ms"] <= TTFT_MS
-                   and q["e2e_ms"] <= E2E_MS)
-        slo, = _sql(db, f"SELECT * FROM run_slo WHERE run_id = '{rid}'")
-        assert slo["good_requests"] == good
-        assert slo["goodput_req_s"] == pytest.approx(good / qs[0]["duration_s"])
+    arr = {r["run_id"]: r for r in _sql(db, "SELECT * FROM run_arrivals")}
+    slo = {r["run_id"]: r for r in _sql(db, "SELECT * FROM run_slo")}
+    for rid, qs in by_run(reqs).items():
+        check_schedule(qs, N, SEED)
+        # on 2 shared cores real vLLM can starve the client (sends 100-500 ms late in bursts):
+        # whatever happened, the store says truly whether the server saw the asked traffic
+        assert arr[rid]["schedule_kept"] is kept(qs), (rid, arr[rid])
+        assert (arr[rid]["schedule_reason"] is None) is kept(qs)
+        check_goodput(qs, slo[rid], lambda q: q["ttft_ms"] <= TTFT_MS and q["e2e_ms"] <= E2E_MS)
         if qs[0]["config_name"] == f"eagle3-k{K}":
             for q in qs:
                 spec = specs[q["request_idx"]]
@@ -118,3 +108,10 @@ def test_a_rate_sweep_on_real_vllm(tmp_path):
     assert [r["load_kind"] for r in stats["crossover"]] == ["request_rate"]
     assert {(r["config"], r["request_rate"]) for r in stats["slo"]} == {
         (c, rate) for c in ("baseline", f"eagle3-k{K}") for rate in RATES}
+    # the report names each (config, rate) with a run off schedule, with that count
+    off = {}
+    for rid, qs in by_run(reqs).items():
+        key = (qs[0]["config_name"], qs[0]["request_rate"])
+        off[key] = off.get(key, 0) + (not kept(qs))
+    assert {(r["config"], r["request_rate"]): r["runs_off_schedule"]
+            for r in stats["schedule"]} == off

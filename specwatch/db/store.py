@@ -37,7 +37,7 @@ from typing import Iterator
 import duckdb
 import pyarrow as pa
 
-from specwatch.db import schema, slo_views, stats, summaries, views
+from specwatch.db import schema, slo_views, stats, summaries, template, views
 
 VIEWS = [*views.VIEWS, *stats.VIEWS, *slo_views.VIEWS]  # creation order: per-run views first
 
@@ -206,14 +206,31 @@ def connect(path: str | Path, read_only: bool, wait_s: float | None = None,
     with _gate(path, True, wait_s) as ok:
         if not ok:
             raise _locked(path, wait_s, who)
+        # a new database: a copy of the empty one (schema in place) instead of building it here
+        placed = not os.path.lexists(path) and template.place(path, _build_empty)
         while True:
             try:
                 return _open(path, read_only, config)
             except StoreLocked:
                 if time.monotonic() >= deadline:
                     raise _locked(path, wait_s, who) from None
+            except StoreError:
+                if not placed:
+                    raise
+                template.forget(path)   # a damaged cached copy: build this one from scratch
+                placed = False
+                continue
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 1.6, LOCK_RETRY_MAX_S)
+
+
+def _build_empty(path: str) -> None:
+    """An empty database at this schema (`template`'s cached copy is built with it)."""
+    con = duckdb.connect(path, config=WRITER_CONFIG)
+    try:
+        ensure_schema(con)
+    finally:
+        con.close()
 
 
 def _open(path: str, read_only: bool, config: dict | None) -> duckdb.DuckDBPyConnection:

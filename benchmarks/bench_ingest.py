@@ -183,6 +183,10 @@ def stored_rows(db: Path) -> int:
 
 
 def commit(root: Path = ROOT) -> str:
+    """HEAD of `root`; SPECWATCH_COMMIT overrides it for this tree (the device tool's copy of the
+    tree can carry stale git metadata: pass the commit the tree was sent at)."""
+    if root == ROOT and os.environ.get("SPECWATCH_COMMIT"):
+        return os.environ["SPECWATCH_COMMIT"] + " (as given by SPECWATCH_COMMIT)"
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
                               text=True).stdout.strip() or "unknown"

@@ -578,6 +578,8 @@ def align(dump_path, capture_path, fmt):
 
 
 def main():
+    from specwatch import startup
+    startup.skip_pandas_probe()
     cli()
 
 

@@ -240,7 +240,9 @@ def main() -> None:
         if args.also_tree is not None:
             tree = args.also_tree.resolve()
             name = f"sw@{commit(tree)}"
-            other[name] = (tree, dict(os.environ, PYTHONPATH=str(tree)))
+            # the other tree first, then whatever the environment imports from (a --target install)
+            other[name] = (tree, dict(os.environ, PYTHONPATH=os.pathsep.join(
+                p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)))
             methods += [(name, lambda db: [py, "-m", "specwatch.cli", "ingest", str(log), "--db",
                                            str(db)], "db")]
         floor = "store floor"
@@ -280,7 +282,7 @@ def main() -> None:
         grep = statistics.median(w for w, _, _ in results["grep -c"])
         if args.captured:  # the compose rows are compared with grep on the compose file
             cgrep = statistics.median(w for w, _, _ in results["grep -c (compose)"])
-        print(f"commit {commit()}{f' (vs {list(other)[0]})' if other else ''}, device: {os.cpu_count()} CPU cores (this host, shared), no weights")
+        print(f"commit {commit()}{f' (vs {list(other)[0]})' if other else ''}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs (this host, shared), no weights")
         print(f"file: {args.lines} lines, {size_mb:.0f} MB, {want} decode+prefill lines expected")
         print(f"{'method':<17} {'wall_s (each rep)':<22} {'median':>8} {'x grep':>7} "
               f"{'peak_rss_mb':>12} {'rows':>9} {'rows ok':>8}")

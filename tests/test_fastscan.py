@@ -109,3 +109,88 @@ def test_small_chunks_store_what_one_chunk_stores(tmp_path, monkeypatch):
     assert len(a["decode_windows"]) > 2000
     for t in TABLES:
         assert a[t] == b[t], t
+
+
+def _mixed_log(path, seed: int):
+    """Generated lines, every sample log, captured (prefixed) cases, lookalikes, declared samples,
+    bad UTF-8 and binary lines, and a compose-prefixed stretch."""
+    import capture_cases as cc
+    generate(path, 4000, seed=seed)
+    rng = random.Random(seed)
+    with open(path, "ab") as f:
+        for s in sorted(SAMPLES.glob("*.log")):
+            f.write(s.read_bytes())
+        lines = [c.line for c in cc.cases(seed=seed)] + cc.lookalikes(seed=seed, n=100)
+        lines += [v.rstrip("\r") for fmt in formats.load().lines.values()
+                  for v in (s.text for s in fmt.samples)]
+        rng.shuffle(lines)
+        f.write(("\n".join(lines) + "\n").encode())
+        f.write(b"[2026-01-01 00:00:00] Decode batch, #running-req: 1, bad \xff utf8\n\x00\x01\n")
+        more = path.with_suffix(".more")
+        generate(more, 1500, seed=seed + 1)
+        f.write(b"".join(b"sglang-1  | " + ln for ln in more.read_bytes().splitlines(True)))
+
+
+def _count_piece_scans(monkeypatch) -> list:
+    calls = []
+    real = fastscan._scan_pieces
+    monkeypatch.setattr(fastscan, "_scan_pieces", lambda *a: calls.append(a[-1]) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("threads", [2, 5])
+def test_a_chunk_scanned_in_pieces_on_threads_stores_what_one_scan_stores(tmp_path, monkeypatch,
+                                                                         threads):
+    # The whole file is one chunk cut into `threads` pieces: the rows, the rejected lines and the
+    # warnings (with their line numbers) are those of one scan.
+    log = tmp_path / "mixed.log"
+    _mixed_log(log, threads)
+    whole, pieces = tmp_path / "whole.duckdb", tmp_path / "pieces.duckdb"
+    monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "1")
+    one = ingest.ingest_paths(whole, [str(log)], run="r")
+    monkeypatch.setenv("SPECWATCH_SCAN_THREADS", str(threads))
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 4096)
+    calls = _count_piece_scans(monkeypatch)
+    many = ingest.ingest_paths(pieces, [str(log)], run="r")
+    assert calls and max(calls) == threads          # the pieces path ran, on that many threads
+    assert [r.warnings for r in many] == [r.warnings for r in one]
+    assert any("invalid UTF-8" in w for r in one for w in r.warnings)
+    assert [(r.lines, r.rows, r.rejected) for r in many] == [(r.lines, r.rows, r.rejected)
+                                                              for r in one]
+    a, b = dump(whole), dump(pieces)
+    assert len(a["decode_windows"]) > 4000 and a["rejected_lines"]
+    for t in TABLES:
+        assert a[t] == b[t], t
+    assert sums(whole) == sums(pieces)
+
+
+def test_piece_ends_anywhere_store_what_one_scan_stores(tmp_path, monkeypatch):
+    # 40 KB chunks of 5 pieces each: a piece ends every ~8 KB, inside hard-wrapped records,
+    # between a record and its continuation, in captured lines, in fuzzed and binary lines.
+    log = tmp_path / "mixed.log"
+    _mixed_log(log, 7)
+    whole, pieces = tmp_path / "whole.duckdb", tmp_path / "pieces.duckdb"
+    monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "1")
+    ingest.ingest_paths(whole, [str(log)], run="r")
+    monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "5")
+    monkeypatch.setattr(fastscan, "PIECE_BYTES", 4096)
+    calls = _count_piece_scans(monkeypatch)
+    ing = ingest.FileIngestor(pieces, log, "r", chunk_bytes=40960, overlap=True)
+    while ing.poll().lines:
+        pass
+    ing.close()
+    assert len(calls) > 20 and max(calls) == 5
+    a, b = dump(whole), dump(pieces)
+    assert len(a["decode_windows"]) > 4000
+    for t in TABLES:
+        assert a[t] == b[t], t
+
+
+def test_scan_threads_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "0")
+    with pytest.raises(ValueError, match="SPECWATCH_SCAN_THREADS='0'"):
+        fastscan.scan_threads()
+    monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "3")
+    assert fastscan.scan_threads() == 3
+    monkeypatch.delenv("SPECWATCH_SCAN_THREADS")
+    assert 1 <= fastscan.scan_threads() <= 8

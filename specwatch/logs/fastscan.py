@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,18 +215,129 @@ class Buffers:
         self.sl = _Arena([((size // 7 + 1, 2), np.int64)]).arrays[0]
 
 
-def scan(data, base_offset: int, base_line: int, buffers: Buffers | None = None) -> ScanResult:
+def scan(data, base_offset: int, base_line: int, buffers: Buffers | None = None,
+         threads: int | None = None) -> ScanResult:
     """Scan `data` (complete lines, ending with a newline) starting at file offset `base_offset`,
     after `base_line` lines, into `buffers` (new ones when None or too small; the set used is
     `ScanResult.buffers`). The C scanner releases the GIL: ingest scans the next chunk on a
-    thread while the previous one is inserted."""
+    thread while the previous one is inserted. On `threads` (default `scan_threads()`) a chunk of
+    several pieces of PIECE_BYTES is scanned piecewise in parallel (`_scan_pieces`)."""
     if buffers is None or buffers.size < len(data):
         buffers = Buffers(len(data))
-    dec, pre, sl = buffers.dec, buffers.pre, buffers.sl
-    nd, npf, ns, fbad, nbad, fbin, nbin, dlens, plens, nlines = _fastscan.scan(
-        data, base_offset, base_line, dec.buffers(), pre.buffers(), sl)
-    return ScanResult(dec.columns(nd, dlens), pre.columns(npf, plens), sl[:ns].copy(),
-                      fbad, nbad, fbin, nbin, nlines, buffers)
+    threads = scan_threads() if threads is None else threads
+    pieces = min(threads, len(data) // PIECE_BYTES)
+    if pieces > 1 and hasattr(data, "find"):
+        counts = _scan_pieces(data, base_offset, base_line, buffers, pieces)
+    else:
+        counts = _fastscan.scan(data, base_offset, base_line, buffers.dec.buffers(),
+                                buffers.pre.buffers(), buffers.sl)
+    nd, npf, ns, fbad, nbad, fbin, nbin, dlens, plens, nlines = counts
+    return ScanResult(buffers.dec.columns(nd, dlens), buffers.pre.columns(npf, plens),
+                      buffers.sl[:ns].copy(), fbad, nbad, fbin, nbin, nlines, buffers)
+
+
+# A chunk is cut into pieces of at least this many bytes, scanned on threads at once, then
+# their rows are copied into the chunk's buffers in file order.
+PIECE_BYTES = 8 << 20
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_PIECE_BUFFERS: list[Buffers] = []   # the pieces' own output buffers, reused from chunk to chunk
+
+
+def scan_threads() -> int:
+    """Threads one chunk is scanned on: env SPECWATCH_SCAN_THREADS, else half the CPUs this
+    process may run on (the other half insert the previous chunk), 1 to 8. With 2 CPUs: 1 (the
+    scan-ahead thread and DuckDB's two insert threads already keep both busy)."""
+    env = os.environ.get("SPECWATCH_SCAN_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or not 1 <= int(env) <= 256:
+            raise ValueError(f"SPECWATCH_SCAN_THREADS={env!r}: expected a whole number 1-256")
+        return int(env)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(8, (cpus or 1) // 2))
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < n:
+            _POOL = ThreadPoolExecutor(n, thread_name_prefix="specwatch-scan")
+        return _POOL
+
+
+def _take_buffers(size: int) -> Buffers:
+    with _POOL_LOCK:
+        for i, b in enumerate(_PIECE_BUFFERS):
+            if b.size >= size:
+                return _PIECE_BUFFERS.pop(i)
+    return Buffers(size + size // 8)
+
+
+def _scan_pieces(data, base_offset: int, base_line: int, out: Buffers, pieces: int) -> tuple:
+    """`_fastscan.scan`'s counts for `data`, scanned as `pieces` runs of whole lines at once, each
+    into its own buffers, their rows then copied into `out` in file order with line numbers and
+    chunk offsets rebased. The same rows as one scan: the scanner decides a line from that line
+    and the next one only, and hands the last line of its buffer to Python (`parse_chunk` holds
+    it, reading on in the whole chunk), so a piece's last line goes to Python, which takes it as
+    the scanner would."""
+    cuts, n = [0], len(data)
+    for k in range(1, pieces):
+        at = data.find(b"\n", max(cuts[-1], n * k // pieces))
+        if at < 0 or at + 1 >= n:
+            break
+        cuts.append(at + 1)
+    cuts.append(n)
+    spans = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    view = memoryview(data)
+    bufs = [_take_buffers(b - a) for a, b in spans]
+    pool = _pool(len(spans))
+    try:
+        got = list(pool.map(lambda i: _fastscan.scan(
+            view[spans[i][0]:spans[i][1]], base_offset + spans[i][0], 0, bufs[i].dec.buffers(),
+            bufs[i].pre.buffers(), bufs[i].sl), range(len(spans))))
+        # where each piece's rows, strings, lines and handed-back lines start in `out`
+        at = [(0, 0, [0] * len(_STRINGS), [0] * len(_STRINGS), base_line, 0)]
+        for g in got:
+            d, p, dl, pl, lines, ns = at[-1]
+            at.append((d + g[0], p + g[1], [x + y for x, y in zip(dl, g[7])],
+                       [x + y for x, y in zip(pl, g[8])], lines + g[9], ns + g[2]))
+        list(pool.map(lambda i: _copy_piece(bufs[i], got[i], at[i], spans[i][0], out),
+                      range(len(spans))))
+    finally:
+        view.release()
+        with _POOL_LOCK:
+            _PIECE_BUFFERS.extend(bufs)
+            del _PIECE_BUFFERS[max(8, len(spans)):]
+    bad = [(g[3], g[4], g[5], g[6]) for g in got]
+    first = (lambda k: next((b[k] + a[4] for a, b in zip(at, bad) if b[k] >= 0), -1))
+    end = at[-1]
+    return (end[0], end[1], end[5], first(0), sum(b[1] for b in bad), first(2),
+            sum(b[3] for b in bad), tuple(end[2]), tuple(end[3]), end[4] - base_line)
+
+
+def _copy_piece(src: Buffers, got: tuple, at: tuple, start: int, out: Buffers) -> None:
+    """One piece's rows into `out` (see `_scan_pieces`); runs on the pool, numpy drops the GIL."""
+    d0, p0, ds0, ps0, line0, s0 = at
+    for kind, n, r0, lens, s_at in ((src.dec, got[0], d0, got[7], ds0),
+                                    (src.pre, got[1], p0, got[8], ps0)):
+        dst = out.dec if kind is src.dec else out.pre
+        if n:
+            dst.i64[:, r0:r0 + n] = kind.i64[:, :n]
+            dst.i64[1, r0:r0 + n] += line0   # line_no (i64 slot 1 of both kinds): rebased
+            dst.i32[:, r0:r0 + n] = kind.i32[:, :n]
+            dst.f64[:, r0:r0 + n] = kind.f64[:, :n]
+            dst.i8[:, r0:r0 + n] = kind.i8[:, :n]
+        for k in range(len(_STRINGS)):
+            if r0 == 0:
+                dst.soff[k, 0] = 0
+            if n:
+                dst.soff[k, r0 + 1:r0 + n + 1] = kind.soff[k, 1:n + 1] + s_at[k]
+            if lens[k]:
+                dst.sdata[k][s_at[k]:s_at[k] + lens[k]] = kind.sdata[k][:lens[k]]
+    ns = got[2]
+    if ns:
+        out.sl[s0:s0 + ns, 0] = src.sl[:ns, 0] + start
+        out.sl[s0:s0 + ns, 1] = src.sl[:ns, 1] + line0
 
 
 # What the scanner took after the capture prefix, as canonical text of each shape (bit 0: docker

@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from specwatch.logs import bulk
+from specwatch.logs import bulk, fastscan
 from specwatch.db import schema, store
 from specwatch.logs.identity import (FP_LEN, _fingerprint, _matching_sources, find_source,
                                      stored_source)
@@ -433,6 +433,16 @@ class FileIngestor:
         return True
 
 
+def bulk_chunk_bytes() -> int:
+    """A one-shot ingest's chunk: BULK_CHUNK_BYTES, times half the threads a chunk is scanned on
+    (`fastscan.scan_threads`, half the CPUs), at most 4x. A 64 MB chunk inserts about two DuckDB
+    row groups of decode windows, which DuckDB stores on about two threads whatever `threads`
+    says; 256 MB on a 16-CPU host is ~9 row groups per INSERT (benchmarks/
+    bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups per statement,
+    0.37 s at 8 on 8 threads)."""
+    return BULK_CHUNK_BYTES * max(1, min(4, fastscan.scan_threads() // 2))
+
+
 def ensure_run(db: str | Path, run_id: str, **fields) -> bool:
     """Create the run unless it exists; True when it was created."""
     with store.writer(db) as con:
@@ -490,7 +500,7 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
     for path, default_run in files:
         run_id = run or default_run
         try:
-            ing = FileIngestor(db, path, run_id, chunk_bytes=BULK_CHUNK_BYTES, overlap=True)
+            ing = FileIngestor(db, path, run_id, chunk_bytes=bulk_chunk_bytes(), overlap=True)
             try:
                 ing.prefetch()   # the first chunk is read and scanned while the run is set up
                 created = ensure_run(db, run_id)

@@ -208,6 +208,9 @@ def main() -> None:
     ap.add_argument("--also-tree", type=Path, default=None,
                     help="another checkout (e.g. a `git worktree` of the base commit): its "
                          "`specwatch ingest` runs interleaved with this one's, for before/after")
+    ap.add_argument("--also-label", default=None,
+                    help="what --also-tree holds (e.g. its commit, when it is an exported copy "
+                         "without git metadata); default: its git HEAD")
     args = ap.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory() as d:
@@ -239,7 +242,7 @@ def main() -> None:
         other = {}
         if args.also_tree is not None:
             tree = args.also_tree.resolve()
-            name = f"sw@{commit(tree)}"
+            name = f"sw@{args.also_label or commit(tree)}"
             # the other tree first, then whatever the environment imports from (a --target install)
             other[name] = (tree, dict(os.environ, PYTHONPATH=os.pathsep.join(
                 p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)))
@@ -307,6 +310,10 @@ def main() -> None:
         print(f"specwatch / grep per repeat (same repeat, interleaved): "
               f"{' '.join(f'{r:.1f}' for r in ratios)}; median {statistics.median(ratios):.1f}x, "
               f"range {min(ratios):.1f}-{max(ratios):.1f}x")
+        for name in other:
+            rr = [w / o for (w, _, _), (o, _, _) in zip(results["specwatch"], results[name])]
+            print(f"specwatch / {name} per repeat: {' '.join(f'{r:.3f}' for r in rr)}; "
+                  f"median {statistics.median(rr):.3f}, range {min(rr):.3f}-{max(rr):.3f}")
         pol = results.get("polars regex")
         if pol:
             pr = [w / p for (w, _, _), (p, _, _) in zip(results["specwatch"], pol)]

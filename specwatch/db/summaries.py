@@ -19,6 +19,8 @@ Leaf below store: imports only views and schema.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -104,11 +106,17 @@ def fold_windows(con: duckdb.DuckDBPyConnection, source_id: str, from_offset: in
     offsets >= `from_offset`) instead of SQL over the stored windows: the same scoping to runs,
     server-config segments (ASOF), predecessors, `after_idle`, first windows and NULLs; the
     merge into the table is the same SQL. tests/test_fold.py checks both give equal sums.
-    (Falls back to the SQL when views.WINDOW_SUMS is no longer what the numpy code sums.)"""
+    (Falls back to the SQL when views.WINDOW_SUMS is no longer what the numpy code sums.)
+    In three steps, so that a writer can compute while DuckDB inserts the windows: `fold_reads`
+    (the store), `fold_delta` (numpy only, no connection: any thread), `merge_delta`."""
     if not IN_STEP:
         fold_appended(con, source_id, from_offset)
         return
-    delta = _fold_delta(con, source_id, from_offset, tables)
+    merge_delta(con, fold_delta(fold_reads(con, source_id, from_offset), tables))
+
+
+def merge_delta(con: duckdb.DuckDBPyConnection, delta: pa.Table | None) -> None:
+    """Add `fold_delta`'s partial sums to the table (nothing when None)."""
     if delta is None:
         return
     con.register("_specwatch_fold_delta", delta)
@@ -120,7 +128,7 @@ def fold_windows(con: duckdb.DuckDBPyConnection, source_id: str, from_offset: in
     _merge_delta(con)
 
 
-# What _fold_delta computes with numpy (its `sums`): views.WINDOW_SUMS as written when it was.
+# What fold_delta computes with numpy (its `sums`): views.WINDOW_SUMS as written when it was.
 # If the definition changes, fold_windows uses the SQL (fold_appended) until this is updated.
 _NUMPY_SUMS = [
     ("al_num", "sum(accept_len * running_req)"),
@@ -188,27 +196,45 @@ def _codes(v: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     return code.astype(np.int64), len(values), values
 
 
-def _fold_delta(con: duckdb.DuckDBPyConnection, source_id: str, from_offset: int,
-                tables: list) -> pa.Table | None:
-    """The rows `_aggregate(..., only_from=True)` gives over the scoped windows of `source_id` at
-    offsets >= `from_offset` (`tables`) and their predecessors (read from the store), as Arrow;
-    None when there are none. Mirrors views.scoped_windows_sql step by step."""
-    tables = [t for t in tables if t.num_rows]
-    if not tables:
-        return None
+@dataclass
+class FoldReads:
+    """What a numpy fold reads from the store: the run ranges holding the source, the stored
+    predecessors (offset, ts, dp_rank, pp_rank) of its partitions, its server_args offsets.
+    Read after every table but decode_windows got the chunk's rows (its server configs count)."""
+    source_id: str
+    ranges: list
+    pred: list
+    cfg: np.ndarray
+
+
+def fold_reads(con: duckdb.DuckDBPyConnection, source_id: str, from_offset: int) -> FoldReads:
     ranges = con.execute("SELECT run_id, offset_from, offset_to FROM run_sources "
                          "WHERE source_id = ? AND offset_from IS NOT NULL", [source_id]).fetchall()
-    if not ranges:
+    lasts = _predecessors(con, source_id, from_offset) if ranges else []
+    pred = con.execute(   # only their offset, ts and ranks matter (never summed)
+        "SELECT byte_offset, ts, dp_rank, pp_rank FROM decode_windows WHERE source_id = ? AND "
+        f"byte_offset IN ({', '.join(str(x) for x in lasts)})", [source_id]).fetchall() \
+        if lasts else []
+    # server config segments: the latest server_args line at or before each window (ASOF)
+    cfg = np.array([r[0] for r in con.execute(
+        "SELECT byte_offset FROM server_configs WHERE source_id = ? AND "
+        "coalesce(config_kind, 'server_args') = 'server_args' ORDER BY byte_offset",
+        [source_id]).fetchall()], np.int64) if ranges else np.empty(0, np.int64)
+    return FoldReads(source_id, ranges, pred, cfg)
+
+
+def fold_delta(reads: FoldReads, tables: list) -> pa.Table | None:
+    """The rows `_aggregate(..., only_from=True)` gives over the scoped windows of the source at
+    offsets >= the fold's (`tables`) and their predecessors (`reads`), as Arrow; None when there
+    are none. Mirrors views.scoped_windows_sql step by step. Touches no connection."""
+    tables = [t for t in tables if t.num_rows]
+    ranges, source_id = reads.ranges, reads.source_id
+    if not tables or not ranges:
         return None
     cols = {name: [c for t in tables for c in t.column(name).chunks] for name in _WINDOW_COLS}
-    lasts = _predecessors(con, source_id, from_offset)
-    n_pred = 0
-    if lasts:   # the stored predecessors: only their offset, ts and ranks matter (never summed)
-        got = con.execute(
-            "SELECT byte_offset, ts, dp_rank, pp_rank FROM decode_windows WHERE source_id = ? AND "
-            f"byte_offset IN ({', '.join(str(x) for x in lasts)})", [source_id]).fetchall()
-        n_pred = len(got)
-        pred = dict(zip(("byte_offset", "ts", "dp_rank", "pp_rank"), zip(*got))) if got else {}
+    n_pred = len(reads.pred)
+    if n_pred:
+        pred = dict(zip(("byte_offset", "ts", "dp_rank", "pp_rank"), zip(*reads.pred)))
         for name, dtype in _WINDOW_COLS.items():
             typ = pa.timestamp("us") if name == "ts" else _ARROW_OF[dtype]
             cols[name] = [pa.array(pred[name], typ) if name in pred else pa.nulls(n_pred)] \
@@ -222,11 +248,7 @@ def _fold_delta(con: duckdb.DuckDBPyConnection, source_id: str, from_offset: int
         order = np.argsort(off, kind="stable")
         v = {k: (a[order], b[order]) for k, (a, b) in v.items()}
         off, keep = v["byte_offset"][0], keep[order]
-    # server config segments: the latest server_args line at or before each window (ASOF)
-    cfg = np.array([r[0] for r in con.execute(
-        "SELECT byte_offset FROM server_configs WHERE source_id = ? AND "
-        "coalesce(config_kind, 'server_args') = 'server_args' ORDER BY byte_offset",
-        [source_id]).fetchall()], np.int64)
+    cfg = reads.cfg
     cfg_code = np.searchsorted(cfg, off, side="right")        # 0: no config (NULL)
     dp_code, n_dp, dp_vals = _codes(*v["dp_rank"])
     pp_code, n_pp, pp_vals = _codes(*v["pp_rank"])

@@ -75,6 +75,23 @@ def cluster():
         c.shutdown()
 
 
+def test_a_task_that_raises_is_reported_with_its_exception_and_frame(cluster):
+    # Ray's first line names only the task ('ray::f() (pid=.., ip=..)'): the reason a run
+    # stores must say what the task raised and where
+    from specwatch.run import ray_executor
+
+    @ray.remote(num_cpus=1, max_retries=0)
+    def boom():
+        return len(None)   # TypeError, inside the task
+
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        ray.get(boom.remote(), timeout=120)
+    why = ray_executor.task_failure(info.value)
+    assert why.startswith("Ray task raised TypeError")
+    assert "TypeError: object of type 'NoneType' has no len()" in why and "\x1b" not in why
+    assert "test_sweep_ray.py" in why and "in boom" in why
+
+
 def test_ray_sweep_matches_local_and_records_nodes(cluster, tmp_path):
     c, nodes = cluster
     node_ids = {n.node_id for n in nodes}

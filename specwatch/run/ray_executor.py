@@ -24,6 +24,8 @@ this module is the Ray backend: resources, Ray's errors, cancel.
 """
 from __future__ import annotations
 
+import re
+
 import dataclasses
 
 from specwatch.run import executors, launch
@@ -104,15 +106,27 @@ class RayBackend:
             return executors.failed_result(job, "interrupted", "interrupted (Ctrl-C or SIGTERM): "
                                            "the Ray task was cancelled")
         except ray.exceptions.RayError as exc:
-            first = str(exc).strip().splitlines()
-            return executors.failed_result(
-                job, "interrupted" if cancelled else "failed",
-                f"Ray task failed after {MAX_RETRIES} retries: {type(exc).__name__}: "
-                f"{first[0] if first else ''}")
+            return executors.failed_result(job, "interrupted" if cancelled else "failed",
+                                           task_failure(exc))
 
     def cancel(self, refs: list) -> None:
         for ref in refs:
             self.ray.cancel(ref)
+
+
+def task_failure(exc: BaseException) -> str:
+    """A failed task's reason. An exception the task raised (RayTaskError, never retried) is named
+    with the innermost frame of its remote traceback: Ray's first line names only the task
+    ('ray::specwatch:baseline() (pid=..., ip=...)'). Else Ray's own error (a node or worker lost
+    after the retries)."""
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
+    first = lines[0] if lines else ""
+    cause = getattr(exc, "cause", None)
+    if cause is None:
+        return f"Ray task failed after {MAX_RETRIES} retries: {type(exc).__name__}: {first}"
+    frames = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
+    return (f"Ray task raised {type(cause).__name__}: {cause}"
+            + (f" ({frames[-1]})" if frames else "") + f"; {first}")
 
 
 def run(jobs: list[ConfigJob], db: str, out_dir: str, address: str | None, stop, progress,

@@ -24,9 +24,8 @@ this module is the Ray backend: resources, Ray's errors, cancel.
 """
 from __future__ import annotations
 
-import re
-
 import dataclasses
+import re
 
 from specwatch.run import executors, launch
 from specwatch.run.measure import ConfigJob, ConfigResult

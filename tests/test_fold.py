@@ -20,7 +20,6 @@ import random
 import sys
 
 import duckdb
-import pyarrow as pa
 import pytest
 
 from conftest import ROOT, SAMPLES, assert_rows_close

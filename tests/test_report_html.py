@@ -12,7 +12,6 @@ checking that each plot drew (visible SVG with marks, its title) and nothing was
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import subprocess

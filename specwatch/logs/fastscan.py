@@ -17,6 +17,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -239,9 +240,23 @@ def scan(data, base_offset: int, base_line: int, buffers: Buffers | None = None,
 # A chunk is cut into pieces of at least this many bytes, scanned on threads at once, then
 # their rows are copied into the chunk's buffers in file order.
 PIECE_BYTES = 8 << 20
-_POOL: ThreadPoolExecutor | None = None
+_POOL: list = [None, 0]              # [ThreadPoolExecutor, its size]
 _POOL_LOCK = threading.Lock()
 _PIECE_BUFFERS: list[Buffers] = []   # the pieces' own output buffers, reused from chunk to chunk
+
+
+class _Counts(NamedTuple):
+    """What `_fastscan.scan` returns, in its order."""
+    dec: int                 # decode rows
+    pre: int                 # prefill rows
+    slow: int                # lines handed back
+    first_bad_utf8: int      # line number or -1
+    n_bad_utf8: int
+    first_binary: int
+    n_binary: int
+    dec_str: tuple           # bytes written per string column (_STRINGS order)
+    pre_str: tuple
+    lines: int
 
 
 def scan_threads() -> int:
@@ -258,11 +273,10 @@ def scan_threads() -> int:
 
 
 def _pool(n: int) -> ThreadPoolExecutor:
-    global _POOL
     with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers < n:
-            _POOL = ThreadPoolExecutor(n, thread_name_prefix="specwatch-scan")
-        return _POOL
+        if _POOL[1] < n:
+            _POOL[:] = [ThreadPoolExecutor(n, thread_name_prefix="specwatch-scan"), n]
+        return _POOL[0]
 
 
 def _take_buffers(size: int) -> Buffers:
@@ -273,7 +287,7 @@ def _take_buffers(size: int) -> Buffers:
     return Buffers(size + size // 8)
 
 
-def _scan_pieces(data, base_offset: int, base_line: int, out: Buffers, pieces: int) -> tuple:
+def _scan_pieces(data, base_offset: int, base_line: int, out: Buffers, pieces: int) -> _Counts:
     """`_fastscan.scan`'s counts for `data`, scanned as `pieces` runs of whole lines at once, each
     into its own buffers, their rows then copied into `out` in file order with line numbers and
     chunk offsets rebased. The same rows as one scan: the scanner decides a line from that line
@@ -292,52 +306,59 @@ def _scan_pieces(data, base_offset: int, base_line: int, out: Buffers, pieces: i
     bufs = [_take_buffers(b - a) for a, b in spans]
     pool = _pool(len(spans))
     try:
-        got = list(pool.map(lambda i: _fastscan.scan(
+        got = list(pool.map(lambda i: _Counts(*_fastscan.scan(
             view[spans[i][0]:spans[i][1]], base_offset + spans[i][0], 0, bufs[i].dec.buffers(),
-            bufs[i].pre.buffers(), bufs[i].sl), range(len(spans))))
-        # where each piece's rows, strings, lines and handed-back lines start in `out`
-        at = [(0, 0, [0] * len(_STRINGS), [0] * len(_STRINGS), base_line, 0)]
+            bufs[i].pre.buffers(), bufs[i].sl)), range(len(spans))))
+        # where each piece's rows, string bytes, lines and handed-back lines start in `out`
+        starts = [_Counts(0, 0, 0, -1, 0, -1, 0, (0,) * len(_STRINGS), (0,) * len(_STRINGS), 0)]
         for g in got:
-            d, p, dl, pl, lines, ns = at[-1]
-            at.append((d + g[0], p + g[1], [x + y for x, y in zip(dl, g[7])],
-                       [x + y for x, y in zip(pl, g[8])], lines + g[9], ns + g[2]))
-        list(pool.map(lambda i: _copy_piece(bufs[i], got[i], at[i], spans[i][0], out),
-                      range(len(spans))))
+            a = starts[-1]
+            starts.append(a._replace(
+                dec=a.dec + g.dec, pre=a.pre + g.pre, slow=a.slow + g.slow, lines=a.lines + g.lines,
+                dec_str=tuple(map(sum, zip(a.dec_str, g.dec_str))),
+                pre_str=tuple(map(sum, zip(a.pre_str, g.pre_str)))))
+        list(pool.map(lambda i: _copy_piece(bufs[i], got[i], starts[i], spans[i][0],
+                                            base_line, out), range(len(spans))))
     finally:
         view.release()
         with _POOL_LOCK:
             _PIECE_BUFFERS.extend(bufs)
             del _PIECE_BUFFERS[max(8, len(spans)):]
-    bad = [(g[3], g[4], g[5], g[6]) for g in got]
-    first = (lambda k: next((b[k] + a[4] for a, b in zip(at, bad) if b[k] >= 0), -1))
-    end = at[-1]
-    return (end[0], end[1], end[5], first(0), sum(b[1] for b in bad), first(2),
-            sum(b[3] for b in bad), tuple(end[2]), tuple(end[3]), end[4] - base_line)
+
+    def first(field: str) -> int:   # the first piece's that has one, as a line of the chunk
+        return next((getattr(g, field) + base_line + a.lines for a, g in zip(starts, got)
+                     if getattr(g, field) >= 0), -1)
+
+    return starts[-1]._replace(first_bad_utf8=first("first_bad_utf8"),
+                               n_bad_utf8=sum(g.n_bad_utf8 for g in got),
+                               first_binary=first("first_binary"),
+                               n_binary=sum(g.n_binary for g in got))
 
 
-def _copy_piece(src: Buffers, got: tuple, at: tuple, start: int, out: Buffers) -> None:
-    """One piece's rows into `out` (see `_scan_pieces`); runs on the pool, numpy drops the GIL."""
-    d0, p0, ds0, ps0, line0, s0 = at
-    for kind, n, r0, lens, s_at in ((src.dec, got[0], d0, got[7], ds0),
-                                    (src.pre, got[1], p0, got[8], ps0)):
-        dst = out.dec if kind is src.dec else out.pre
+def _copy_piece(src: Buffers, got: _Counts, at: _Counts, start: int, base_line: int,
+                out: Buffers) -> None:
+    """One piece's rows into `out` from row/byte/line positions `at` (see `_scan_pieces`); runs on
+    the pool (numpy copies drop the GIL)."""
+    line0 = base_line + at.lines
+    for piece, dst, n, r0, lens, s_at in (
+            (src.dec, out.dec, got.dec, at.dec, got.dec_str, at.dec_str),
+            (src.pre, out.pre, got.pre, at.pre, got.pre_str, at.pre_str)):
         if n:
-            dst.i64[:, r0:r0 + n] = kind.i64[:, :n]
+            dst.i64[:, r0:r0 + n] = piece.i64[:, :n]
             dst.i64[1, r0:r0 + n] += line0   # line_no (i64 slot 1 of both kinds): rebased
-            dst.i32[:, r0:r0 + n] = kind.i32[:, :n]
-            dst.f64[:, r0:r0 + n] = kind.f64[:, :n]
-            dst.i8[:, r0:r0 + n] = kind.i8[:, :n]
+            dst.i32[:, r0:r0 + n] = piece.i32[:, :n]
+            dst.f64[:, r0:r0 + n] = piece.f64[:, :n]
+            dst.i8[:, r0:r0 + n] = piece.i8[:, :n]
         for k in range(len(_STRINGS)):
             if r0 == 0:
                 dst.soff[k, 0] = 0
             if n:
-                dst.soff[k, r0 + 1:r0 + n + 1] = kind.soff[k, 1:n + 1] + s_at[k]
+                dst.soff[k, r0 + 1:r0 + n + 1] = piece.soff[k, 1:n + 1] + s_at[k]
             if lens[k]:
-                dst.sdata[k][s_at[k]:s_at[k] + lens[k]] = kind.sdata[k][:lens[k]]
-    ns = got[2]
-    if ns:
-        out.sl[s0:s0 + ns, 0] = src.sl[:ns, 0] + start
-        out.sl[s0:s0 + ns, 1] = src.sl[:ns, 1] + line0
+                dst.sdata[k][s_at[k]:s_at[k] + lens[k]] = piece.sdata[k][:lens[k]]
+    if got.slow:
+        out.sl[at.slow:at.slow + got.slow, 0] = src.sl[:got.slow, 0] + start
+        out.sl[at.slow:at.slow + got.slow, 1] = src.sl[:got.slow, 1] + line0
 
 
 # What the scanner took after the capture prefix, as canonical text of each shape (bit 0: docker

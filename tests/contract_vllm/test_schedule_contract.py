@@ -119,6 +119,22 @@ def _prompts(sweep: Path) -> dict[int, load.RequestSpec]:
     return out
 
 
+def _share_two_in_flight(reqs: list[dict]) -> float:
+    """Of the time some request of a run was in flight (client clock), the share with 2 or more,
+    over the runs in `reqs`."""
+    both = total = 0.0
+    for run in {r["run_id"] for r in reqs}:
+        ev = sorted(e for r in reqs if r["run_id"] == run and r["e2e_ms"] is not None
+                    for e in ((r["t0_ms"], 1), (r["t0_ms"] + r["e2e_ms"], -1)))
+        n, last = 0, None
+        for t, d in ev:
+            if last is not None and n >= 1:
+                total += t - last
+                both += (t - last) if n >= 2 else 0.0
+            n, last = n + d, t
+    return both / total if total else 0.0
+
+
 @pytest.mark.slow   # three real vLLM servers, ~35 s start each, 12 runs: 3-6 minutes here
 def test_verify_serves_the_schedule_on_real_vllm(tmp_path):
     sweep = tmp_path / "v.toml"
@@ -138,8 +154,9 @@ def test_verify_serves_the_schedule_on_real_vllm(tmp_path):
     assert [lc["concurrency"] for lc in rep["loads"]] == [1, 4]
     assert all(lc["verdict"] in ("better", "as good", "worse") for lc in rep["loads"])
     q = _cli("sql", "--db", str(db), "--format", "json", "--max-rows", "100000",
-             "SELECT r.concurrency, r.status, r.spec_drafts, q.request_idx, q.is_warmup, "
-             "q.spec_accept_histogram FROM runs r JOIN requests q USING (run_id) "
+             "SELECT r.run_id, r.concurrency, r.status, r.spec_drafts, q.request_idx, q.is_warmup, "
+             "q.spec_accept_histogram, epoch_ms(q.started_at) AS t0_ms, q.e2e_ms "
+             "FROM runs r JOIN requests q USING (run_id) "
              f"WHERE r.sweep_name = 'vsched-verify' AND r.config_name = '{sched}'")
     rows = json.loads(q.stdout)
     assert rows and all(r["status"] == "ok" for r in rows)
@@ -148,15 +165,18 @@ def test_verify_serves_the_schedule_on_real_vllm(tmp_path):
         spec = prompts[r["request_idx"]]
         want = fixture.expected_histogram(list(spec.prompt.encode()), spec.max_new_tokens, 3)
         assert r["spec_accept_histogram"] == want, spec.prompt     # k=3 at batch size 1
-    # at 4 in flight: k=0 while 2+ requests run; only a request running alone drafts. How many
-    # steps a request runs alone depends on how the four overlap in time, which the machine's
-    # load decides (a busy 2-CPU host gave 175 of 338, another run far fewer): what holds
-    # whatever the load is that some steps drafted nothing, i.e. fewer drafts than k=3 always
+    # at 4 in flight: k=0 while 2+ requests run; only a request running alone drafts. How long
+    # two run at once depends on how the four overlap, which the host's load decides (a busy
+    # 2-CPU host: 175 of 338 steps drafted in one run, all 338 in another, the client starved
+    # by vLLM's CPU threads): never more drafts than k=3 always, and fewer when the client's
+    # own clock shows two or more in flight for most of the load
     c4 = [r for r in rows if r["concurrency"] == 4 and not r["is_warmup"]]
     drafted = sum(sum(r["spec_accept_histogram"] or []) for r in c4)
     steps_k3 = sum(sum(fixture.expected_histogram(list(prompts[r["request_idx"]].prompt.encode()),
                                                   prompts[r["request_idx"]].max_new_tokens, 3))
                    for r in c4)
-    assert 0 < steps_k3 and drafted < steps_k3, (drafted, steps_k3)
+    assert 0 < steps_k3 and drafted <= steps_k3, (drafted, steps_k3)
+    if _share_two_in_flight(c4) >= 0.5:
+        assert drafted < steps_k3, (drafted, steps_k3, _share_two_in_flight(c4))
     log = next((tmp_path / "runs" / "vsched-verify" / sched).glob("server-*.log")).read_text()
     assert "num_speculative_tokens_per_batch_size" in log

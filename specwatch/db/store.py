@@ -439,7 +439,7 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
         # stored windows (the definition), or with numpy from the rows, computed on a thread
         # while DuckDB inserts them (it releases the GIL; 2M-line log: ~0.3 s of folds)
         if not sum(t.num_rows for t in windows):
-            n += insert(con, "decode_windows", windows) if windows else 0
+            n += insert(con, "decode_windows", windows)
         elif os.environ.get("SPECWATCH_SQL_FOLD") == "1" or not summaries.IN_STEP:
             n += insert(con, "decode_windows", windows)
             summaries.fold_appended(con, source.source_id, expect_offset)

@@ -262,10 +262,10 @@ class _Counts(NamedTuple):
 def scan_threads() -> int:
     """Threads one chunk is scanned on: env SPECWATCH_SCAN_THREADS (1-256), else 1. Opt-in for
     now: every piece's last line goes to the Python parser, so a chunk's decode windows come in
-    two INSERTs, and DuckDB leaves a partial row group per INSERT that the checkpoint re-packs
-    (2M-line log on 2 CPUs at 2 threads: a 0.86 s close instead of 0.17 s, 3.3 s instead of
-    2.2 s). On by default once one chunk's parts go in as one statement and a many-CPU host has
-    measured it (issue 28)."""
+    two parts, and DuckDB leaves partial row groups that the checkpoint re-packs (2M-line log on
+    2 CPUs at 2 threads: a 0.86 s close instead of 0.17 s, 3.3 s instead of 2.2 s; one INSERT
+    of both parts by UNION ALL left them too). On by default once a chunk's windows reach the
+    store as one Arrow table and a many-CPU host has measured it (issue 28)."""
     env = os.environ.get("SPECWATCH_SCAN_THREADS", "").strip()
     if not env:
         return 1

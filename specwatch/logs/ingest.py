@@ -435,9 +435,9 @@ class FileIngestor:
 
 def bulk_chunk_bytes() -> int:
     """A one-shot ingest's chunk: BULK_CHUNK_BYTES, times half the threads a chunk is scanned on
-    (`fastscan.scan_threads`; 1 unless SPECWATCH_SCAN_THREADS says), at most 4x. A 64 MB chunk inserts about two DuckDB
-    row groups of decode windows, which DuckDB stores on about two threads whatever `threads`
-    says; 256 MB on a 16-CPU host is ~9 row groups per INSERT (benchmarks/
+    (`fastscan.scan_threads`; 1 unless SPECWATCH_SCAN_THREADS says), at most 4x. A 64 MB chunk
+    inserts about two DuckDB row groups of decode windows, which DuckDB stores on about two
+    threads whatever `threads` says; 256 MB on a 16-CPU host is ~9 row groups per INSERT (benchmarks/
     bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups per statement,
     0.37 s at 8 on 8 threads)."""
     return BULK_CHUNK_BYTES * max(1, min(4, fastscan.scan_threads() // 2))

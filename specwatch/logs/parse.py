@@ -63,7 +63,9 @@ _ANY_HEADER = re.compile("|".join(re.escape(h) for h in _HEADERS))
 
 _BATCH_HEADER = re.compile(r"(Decode|Prefill) batch(?: \[(\d+)\])?[.,] ")
 _ENGINE_INIT = re.compile(r"Initializing an? (?:V[01] )?L$")
-_ENGINE_ID = re.compile(r"(?<!\S)(Engine \d+|\d+ Engines Aggregated): $")
+# vLLM's engine id before the throughput header; markup glued before it (`>Engine 000:` in a
+# markdown quote, `` `Engine 000: ``, a byte-order mark) is not part of the id, a word is
+_ENGINE_ID = re.compile(r"(?<![A-Za-z0-9.])(Engine \d+|\d+ Engines Aggregated): $")
 # vLLM's EAGLE-3 aux hidden-state layers (v1/worker/gpu_model_runner.py, 0.32 CPU runner; and
 # v1/worker/gpu/spec_decode/eagle/eagle3_utils.py): a tuple repr, `(5,)` for one id
 _AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (speculative config|config|model): "

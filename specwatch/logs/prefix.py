@@ -60,6 +60,8 @@ RANK_NAMES = {"DP": "dp_rank", "TP": "tp_rank", "PP": "pp_rank", "EP": "ep_rank"
               "ATTN_CP": "attn_cp_rank", "MOE_DP": "moe_dp_rank"}
 _MD_CELL_TS = re.compile(r"^(?:\d{4}-\d{2}-\d{2}[ T])?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?$")
 _MD_CELL_PROC = re.compile(r"^[A-Za-z][\w\-]*(?: pid=\d+)?$")
+# markup that closes a quoted line, glued after its last value (no log message ends in one)
+_CLOSERS = re.compile(r"(?:[ \t]*(?:`+|\*\*|__|~~~|\\|</(?:code|pre|samp|kbd|tt)>))+[ \t]*$")
 
 # Capture-path shapes (before the log prefix).
 _PATH = r"(?:[A-Za-z]:[\\/])?[^\s:\[\](){}`|'\"]*[./\\][^\s:\[\](){}`|'\"]*"
@@ -198,6 +200,12 @@ def unquote(line: str, anchor: str) -> tuple[str, Prefix | None]:
         b = line.find("`", i)
         if b > i:
             return line[a + 1:b], Prefix(quoted="backticks")
+    tail = line.rstrip(" \t")[-1:]
+    m = _CLOSERS.search(line, i + 1) if i >= 0 and tail and tail in "`*_~\\>" else None
+    if m is not None:
+        # a pasted log's last line with the markup that closes it glued on: a code fence
+        # (`...#queue-req: 0```), bold, an HTML `</code>`/`</pre>`, a markdown hard break `\`
+        return line[:m.start()], Prefix(quoted="markdown")
     return line, None
 
 

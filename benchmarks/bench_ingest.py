@@ -211,6 +211,9 @@ def main() -> None:
     ap.add_argument("--also-label", default=None,
                     help="what --also-tree holds (e.g. its commit, when it is an exported copy "
                          "without git metadata); default: its git HEAD")
+    ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="also this tree's `specwatch ingest` with these environment variables "
+                         "(e.g. SPECWATCH_SCAN_THREADS=8), interleaved; repeatable")
     args = ap.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory() as d:
@@ -248,12 +251,19 @@ def main() -> None:
                 p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)))
             methods += [(name, lambda db: [py, "-m", "specwatch.cli", "ingest", str(log), "--db",
                                            str(db)], "db")]
+        for spec in args.variant:
+            extra = dict(kv.split("=", 1) for kv in spec.split(","))
+            name = "sw " + ",".join(f"{k.removeprefix('SPECWATCH_').lower()}={v}"
+                                    for k, v in extra.items())
+            other[name] = (ROOT, dict(os.environ, **extra))
+            methods += [(name, lambda db: [py, "-m", "specwatch.cli", "ingest", str(log), "--db",
+                                           str(db)], "db")]
         floor = "store floor"
         results: dict[str, list[tuple[float, float, int]]] = {m[0]: [] for m in methods}
         results[floor] = []
         for rep in range(args.repeats):
             for name, cmd, check in methods:
-                db = Path(d) / f"{name.split()[0]}{rep}.duckdb"
+                db = Path(d) / f"m{list(results).index(name)}-{rep}.duckdb"
                 tree, env = other.get(name, (ROOT, None))
                 wall, out, rss = run_measured(cmd(db), env=env, cwd=tree)
                 rows = (stored_rows(db) if check == "db" else int(out.split()[-1]) if check == "print"
@@ -285,22 +295,23 @@ def main() -> None:
         grep = statistics.median(w for w, _, _ in results["grep -c"])
         if args.captured:  # the compose rows are compared with grep on the compose file
             cgrep = statistics.median(w for w, _, _ in results["grep -c (compose)"])
-        print(f"commit {commit()}{f' (vs {list(other)[0]})' if other else ''}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs (this host, shared), no weights")
+        vs = f" (vs {', '.join(other)})" if other else ""
+        print(f"commit {commit()}{vs}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs (this host, shared), no weights")
         print(f"file: {args.lines} lines, {size_mb:.0f} MB, {want} decode+prefill lines expected")
-        print(f"{'method':<17} {'wall_s (each rep)':<22} {'median':>8} {'x grep':>7} "
+        print(f"{'method':<22} {'wall_s (each rep)':<22} {'median':>8} {'x grep':>7} "
               f"{'peak_rss_mb':>12} {'rows':>9} {'rows ok':>8}")
         for name, runs in results.items():
             walls = [w for w, _, _ in runs]
             med = statistics.median(walls)
             rows_ok = all(r == want for _, _, r in runs) if not name.startswith("grep") else True
             base = cgrep if "compose" in name else grep
-            print(f"{name:<17} {' '.join(f'{w:.2f}' for w in walls):<22} {med:>8.2f} "
+            print(f"{name:<22} {' '.join(f'{w:.2f}' for w in walls):<22} {med:>8.2f} "
                   f"{med / base:>7.1f} {max(r for _, r, _ in runs):>12.0f} {runs[0][2]:>9} "
                   f"{str(rows_ok):>8}")
-        print(f"{'specwatch 1/4':<17} {swall:<22.2f} {swall:>8.2f} {'':>7} {srss:>12.0f} "
+        print(f"{'specwatch 1/4':<22} {swall:<22.2f} {swall:>8.2f} {'':>7} {srss:>12.0f} "
               f"{srows:>9} {str(srows == want_small):>8}")
         if large is not None:
-            print(f"{f'specwatch x{args.large_copies}':<17} {large[0]:<22.2f} {large[0]:>8.2f} "
+            print(f"{f'specwatch x{args.large_copies}':<22} {large[0]:<22.2f} {large[0]:>8.2f} "
                   f"{'':>7} {large[1]:>12.0f} {large[2]:>9} {str(large[2] == want * args.large_copies):>8}")
         best = min(w for w, _, _ in results["specwatch"]) / min(w for w, _, _ in results["grep -c"])
         fl = min(w for w, _, _ in results[floor]) / min(w for w, _, _ in results["grep -c"])

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
+import pyarrow as pa
 
 from specwatch.db import store
 from specwatch.logs import ingest, rows
@@ -20,7 +21,11 @@ from specwatch.logs import ingest, rows
 ROW_GROUP = ingest.ROW_GROUP_ROWS
 
 
-def insert_s(dec, threads: int, groups: int, db: str = "/tmp/bench_store_scaling.duckdb") -> float:
+def insert_s(dec, threads: int, groups: int, db: str = "/tmp/bench_store_scaling.duckdb",
+             batches: str = "as read") -> float:
+    """Seconds to insert `dec` in statements of `groups` row groups; `batches`: the Arrow record
+    batches of each statement as DuckDB returned them ("as read"), one contiguous batch ("one",
+    what the scanner makes) or one per row group ("row group", what store.insert hands DuckDB)."""
     for f in (db, db + ".wal"):
         if os.path.exists(f):
             os.unlink(f)
@@ -30,7 +35,11 @@ def insert_s(dec, threads: int, groups: int, db: str = "/tmp/bench_store_scaling
     con.execute(f"SET threads = {threads}")
     con.execute("CREATE TABLE t AS SELECT * FROM dec LIMIT 0")
     for i in range(0, dec.num_rows, groups * ROW_GROUP):
-        part = dec.slice(i, groups * ROW_GROUP)  # noqa: F841 - read by the statement
+        part = dec.slice(i, groups * ROW_GROUP)
+        if batches != "as read":
+            part = part.combine_chunks()
+        if batches == "row group":
+            part = pa.Table.from_batches(part.to_batches(max_chunksize=ROW_GROUP))
         con.execute("INSERT INTO t SELECT * FROM part")
     con.close()
     return time.perf_counter() - t0
@@ -45,6 +54,11 @@ def main() -> None:
     for th in (t for t in (1, 2, 4, 8, 16) if t <= cpus):
         print(f"insert threads={th:2d}: " + "  ".join(
             f"groups/insert={g}: {min(insert_s(dec, th, g) for _ in range(2)):.3f}s" for g in (2, 4, 8)))
+    for th in (t for t in (2, 8, 16) if t <= cpus):
+        for g in (2, 8):
+            print(f"insert threads={th:2d} groups/insert={g}: " + "  ".join(
+                f"{b}: {min(insert_s(dec, th, g, batches=b) for _ in range(2)):.3f}s"
+                for b in ("one", "row group")))
     data = open(log, "rb").read()
     chunks, at = [], 0
     while at < len(data):

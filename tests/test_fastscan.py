@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
 import sys
 
 import pytest
@@ -193,4 +195,13 @@ def test_scan_threads_setting_is_checked(monkeypatch):
     monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "3")
     assert fastscan.scan_threads() == 3
     monkeypatch.delenv("SPECWATCH_SCAN_THREADS")
-    assert fastscan.scan_threads() == 1          # opt-in (see scan_threads)
+    # default: half the CPUs the process may run on, 1 to 8 (this host's own count in a child
+    # whose affinity is one CPU, then hosts this test cannot run on)
+    one_cpu = subprocess.run(
+        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))});"
+         "from specwatch.logs import fastscan; print(fastscan.usable_cpus(), fastscan.scan_threads())"],
+        capture_output=True, text=True, check=True, env={**os.environ, "SPECWATCH_SCAN_THREADS": ""})
+    assert one_cpu.stdout.split() == ["1", "1"]
+    for cpus, threads in ((2, 1), (3, 1), (4, 2), (5, 2), (16, 8), (64, 8)):
+        monkeypatch.setattr(fastscan, "usable_cpus", lambda cpus=cpus: cpus)
+        assert fastscan.scan_threads() == threads, cpus

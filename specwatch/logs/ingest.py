@@ -40,7 +40,7 @@ BULK_HOLD_S = 2.0          # one-shot ingest keeps its writer across chunks for 
 # whole row groups give 26 MB). So a chunk with more decode windows than this stores a multiple
 # of it and the rest is read again with the next chunk (rows.parse_chunk `align`), and the next
 # read is sized to end just past such a multiple.
-ROW_GROUP_ROWS = 122880
+ROW_GROUP_ROWS = store.ROW_GROUP_ROWS
 _PREFETCH_ID = "(prefetch)"   # rows of a prefetched chunk until the source is identified
 # What a batch insert raises when a value in it cannot be stored (not: locks, disk, checkpoints).
 _DATA_ERRORS = (pa.ArrowException, duckdb.DataError, duckdb.IntegrityError,
@@ -435,7 +435,7 @@ class FileIngestor:
 
 def bulk_chunk_bytes() -> int:
     """A one-shot ingest's chunk: BULK_CHUNK_BYTES, times half the threads a chunk is scanned on
-    (`fastscan.scan_threads`; 1 unless SPECWATCH_SCAN_THREADS says), at most 4x. A 64 MB chunk
+    (`fastscan.scan_threads`: half the CPUs, 1-8), at most 4x. A 64 MB chunk
     inserts about two DuckDB row groups of decode windows, which DuckDB stores on about two
     threads whatever `threads` says; 256 MB on a 16-CPU host is ~9 row groups per INSERT (benchmarks/
     bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups per statement,

@@ -1,0 +1,87 @@
+"""Where one `specwatch ingest` spends its wall time: the same call as the command
+(`ingest.ingest_paths` on a new database), with the start and end of each stage printed in
+seconds since the interpreter started, per thread: imports, run setup, source identification,
+each chunk's read+scan, insert, run-sum fold and commit, the writer's close (checkpoint).
+Measuring only: the stages are wrapped, not changed.
+
+    python benchmarks/ingest_timeline.py LOG [--db NEW.duckdb]
+"""
+from __future__ import annotations
+
+import time
+
+T0 = time.perf_counter()
+_START = None
+try:   # the process's own start, so that the interpreter's start-up is counted too
+    with open("/proc/self/stat") as _f:
+        _ticks = int(_f.read().rsplit(")", 1)[1].split()[19])
+    import os as _os
+    with open("/proc/uptime") as _f:
+        _START = time.perf_counter() - (float(_f.read().split()[0])
+                                        - _ticks / _os.sysconf("SC_CLK_TCK"))
+except (OSError, ValueError, IndexError):
+    pass
+ORIGIN = _START if _START is not None else T0
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+
+from specwatch import startup  # noqa: E402
+
+startup.skip_pandas_probe()
+from specwatch.db import store, summaries  # noqa: E402
+from specwatch.logs import bulk, ingest  # noqa: E402
+
+EVENTS: list[tuple[float, float, str, str]] = []
+
+
+def now() -> float:
+    return time.perf_counter() - ORIGIN
+
+
+def wrap(owner, name: str, label: str | None = None) -> None:
+    fn = getattr(owner, name)
+
+    @functools.wraps(fn)
+    def timed(*a, **k):
+        t = now()
+        try:
+            return fn(*a, **k)
+        finally:
+            EVENTS.append((t, now(), threading.current_thread().name, label or name))
+    setattr(owner, name, timed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("log")
+    ap.add_argument("--db", default=None)
+    args = ap.parse_args()
+    imported = now()
+    wrap(ingest, "ensure_run")
+    wrap(ingest.FileIngestor, "_identify")
+    wrap(ingest.FileIngestor, "_read", "read+scan")
+    wrap(ingest.FileIngestor, "_commit", "commit chunk")
+    wrap(ingest, "parse_chunk")
+    wrap(store, "insert", "insert")
+    wrap(summaries, "fold_delta", "fold (numpy)")
+    wrap(summaries, "merge_delta")
+    wrap(bulk.WriterHold, "release", "writer close")
+    wrap(store, "connect", "connect")
+    db = args.db or os.path.join(tempfile.mkdtemp(), "timeline.duckdb")
+    t = now()
+    res = ingest.ingest_paths(db, [args.log])
+    end = now()
+    print(f"interpreter start -> imports done: {imported:.3f} s (of which before this script's "
+          f"first line: {T0 - ORIGIN:.3f} s)")
+    print(f"ingest_paths: {t:.3f} -> {end:.3f} s ({end - t:.3f} s), rows {sum(r.rows for r in res)}")
+    print(f"{'start':>7} {'end':>7} {'took':>6}  {'thread':<22} stage")
+    for s, e, th, what in sorted(EVENTS):
+        print(f"{s:7.3f} {e:7.3f} {e - s:6.3f}  {th[:22]:<22} {what}")
+
+
+if __name__ == "__main__":
+    main()

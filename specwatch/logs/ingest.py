@@ -110,7 +110,8 @@ class FileIngestor:
     def __init__(self, db: str | Path, path: str | Path, run_id: str | None = None,
                  chunk_bytes: int = CHUNK_BYTES, known_only: bool = False,
                  adopt_modified_after: float | None = None, overlap: bool = False,
-                 hold_at_eof: bool = False, align_rows: int = ROW_GROUP_ROWS):
+                 hold_at_eof: bool = False, align_rows: int = ROW_GROUP_ROWS,
+                 hold: bulk.WriterHold | None = None):
         self.db = str(db)
         self.path = os.path.abspath(path)
         self.run_id = run_id
@@ -134,6 +135,9 @@ class FileIngestor:
         self._tail_of: schema.Source | None = None   # the source _tail_bytes belongs to
         self._tail_bytes = b""
         self._hold: bulk.WriterHold | None = None
+        # the caller's writer, kept across its own steps and this file's (one-shot ingest: one
+        # connection for the run, the source and every chunk instead of one each)
+        self._shared_hold = hold
         self._last_ts: list = []   # [ts_us, line] of the last record read (clock.jumps)
 
     def close(self) -> None:
@@ -234,7 +238,8 @@ class FileIngestor:
         if b"\n" not in head and len(head) < FP_LEN:
             return None  # nothing complete yet: do not register a source for it
         fd = self._fh.fileno()
-        with store.writer(self.db) as con:
+        with (self._shared_hold.writer() if self._shared_hold is not None
+              else store.writer(self.db)) as con:
             if self.known_only:
                 src = stored_source(con, self.path, st, head, fd)
                 if src is None and self.adopt_modified_after is not None \
@@ -352,7 +357,8 @@ class FileIngestor:
         if src.offset_bytes >= end:
             return result
         pool = ThreadPoolExecutor(1) if self.overlap else None
-        self._hold = bulk.WriterHold(self.db, BULK_HOLD_S) if self.overlap else None
+        self._hold = self._shared_hold or (bulk.WriterHold(self.db, BULK_HOLD_S) if self.overlap
+                                           else None)
         try:
             nxt = self._prefetched(src, end) or self._read(src, src.offset_bytes, src.lines_done,
                                                            end)
@@ -377,9 +383,9 @@ class FileIngestor:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
-            if self._hold is not None:
+            if self._hold is not None and self._hold is not self._shared_hold:
                 self._hold.release()
-                self._hold = None
+            self._hold = None
         return result
 
     def _commit(self, src: schema.Source, chunk: _Chunk, result: IngestResult) -> bool:
@@ -443,9 +449,10 @@ def bulk_chunk_bytes() -> int:
     return BULK_CHUNK_BYTES * max(1, min(4, fastscan.scan_threads() // 2))
 
 
-def ensure_run(db: str | Path, run_id: str, **fields) -> bool:
-    """Create the run unless it exists; True when it was created."""
-    with store.writer(db) as con:
+def ensure_run(db: str | Path, run_id: str, hold: bulk.WriterHold | None = None,
+               **fields) -> bool:
+    """Create the run unless it exists; True when it was created. `hold`: write through it."""
+    with (hold.writer() if hold is not None else store.writer(db)) as con:
         existing = con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if existing is None:
             store.upsert_run(con, {"run_id": run_id, "run_name": run_id, "origin": "ingest",
@@ -500,16 +507,22 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
     for path, default_run in files:
         run_id = run or default_run
         try:
-            ing = FileIngestor(db, path, run_id, chunk_bytes=bulk_chunk_bytes(), overlap=True)
+            # one writer connection for the run, the source and the chunks (each connection
+            # costs an open, a schema check and a checkpoint at close), given back for readers
+            # every BULK_HOLD_S and at the end
+            hold = bulk.WriterHold(db, BULK_HOLD_S)
+            ing = FileIngestor(db, path, run_id, chunk_bytes=bulk_chunk_bytes(), overlap=True,
+                               hold=hold)
             try:
                 ing.prefetch()   # the first chunk is read and scanned while the run is set up
-                created = ensure_run(db, run_id)
+                created = ensure_run(db, run_id, hold=hold)
                 res = ing.poll()
                 if ing._src is not None and ing._src.source_id not in ing._attached:
-                    with store.writer(db) as con:  # a re-run still (re)attaches the source
+                    with hold.writer() as con:  # a re-run still (re)attaches the source
                         store.attach_source(con, run_id, ing._src.source_id)
             finally:
                 ing.close()
+                hold.release()
             if res.rows == 0 and res.rejected == 0 and (
                     res.source_id is None or _forget_unrecognised(db, run_id, res.source_id, created)):
                 if res.source_id is None and created:

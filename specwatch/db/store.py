@@ -426,10 +426,6 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
     tbl = one_table(table, rows)
     if tbl.num_rows == 0:
         return 0
-    if tbl.num_rows > ROW_GROUP_ROWS:
-        # one record batch per row group (views, no copy): DuckDB's threads take an Arrow table
-        # batch by batch
-        tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=ROW_GROUP_ROWS))
     con.register("_specwatch_batch", tbl)
     try:
         # by name: a database made by an older version has its newer columns last (ALTER ADD)

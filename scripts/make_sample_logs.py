@@ -177,7 +177,7 @@ def garbage_log(path: Path) -> None:
         b"[2026-02-26 14:09:46 TP0] Decode batch, #running-req: 2\xff\xfe4, #token: 1, token usage: 0.00, gen throughput (token/s): 1.00, #queue-req: 0",  # invalid UTF-8
         b"x" * (1 << 20),                                             # a 1 MB line
         good.replace("14:09:45", "14:09:47").encode(),
-        (good + good).encode(),                                       # two lines pasted together
+        (good + good).encode(),                                       # two records glued: each stored
         good.replace("accept len: 3.27, ", "accept len: three, ").encode(),
         b"[2026-02-26 14:09:48 TP0] Decode batch, #running-req: 24, #token: 30112, token usage: 0.14, accept len: 3.1",  # truncated
         "[2026-02-26 14:09:49] Prefill batch, #new-seq: 4, #new-token: 2048, #cached-token: 0, token usage: 0.01, #running-req: 20, #queue-req: 0, input throughput (token/s): 1.00, cuda graph: False".encode(),

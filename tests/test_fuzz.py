@@ -133,6 +133,9 @@ def test_fuzzed_lines_store_identically_on_both_paths(tmp_path, monkeypatch):
         lines.append(b if i % 10 == 0 else mutate(b, rng))
     log = tmp_path / "fuzz.log"
     log.write_bytes("\n".join(lines).encode("utf-8", errors="surrogatepass") + b"\n")
+    line_start = [0]
+    for t in lines[:-1]:
+        line_start.append(line_start[-1] + len(t.encode("utf-8", errors="surrogatepass")) + 1)
 
     fast, slow = tmp_path / "fast.duckdb", tmp_path / "slow.duckdb"
     ingest.ingest_paths(fast, [str(log)], run="r")
@@ -156,13 +159,16 @@ def test_fuzzed_lines_store_identically_on_both_paths(tmp_path, monkeypatch):
     # no chunk needed the insert-failure fallback (it parses through Python and would hide a
     # fast-path difference): every value was range- and type-checked before the insert
     assert not [r for r in a["rejected_lines"] if r["reason"].startswith("the store refused")]
-    for t in TABLES:
-        by_line_a = {r["line_no"]: r for r in a[t]}
-        by_line_b = {r["line_no"]: r for r in b[t]}
+    for t in TABLES:   # a row is (line, offset): records glued on one line are one row each
+        by_line_a = {(r["line_no"], r["byte_offset"]): r for r in a[t]}
+        by_line_b = {(r["line_no"], r["byte_offset"]): r for r in b[t]}
         assert by_line_a.keys() == by_line_b.keys(), (
-            t, [lines[n - 1] for n in sorted(by_line_a.keys() ^ by_line_b.keys())][:3])
-        for n, row in by_line_b.items():
-            assert by_line_a[n] == row, (t, lines[n - 1], by_line_a[n], row)
-    # every line ended up exactly once: stored, rejected, or noise
-    stored = [r["line_no"] for t in TABLES for r in a[t]]
+            t, [lines[n - 1] for n, _ in sorted(by_line_a.keys() ^ by_line_b.keys())][:3])
+        for (n, off), row in by_line_b.items():
+            assert by_line_a[n, off] == row, (t, lines[n - 1], by_line_a[n, off], row)
+    # every record ended up exactly once: stored, rejected, or noise
+    stored = [(r["line_no"], r["byte_offset"]) for t in TABLES for r in a[t]]
     assert len(stored) == len(set(stored))
+    # the glued records among the fuzzed lines (sample_logs/garbage.log's pasted line): each its own
+    glued = [k for k in stored if k[1] != line_start[k[0] - 1]]
+    assert len(glued) >= 5

@@ -385,6 +385,17 @@ def _at_message_start(text: str, at: int, anchor: str) -> tuple[prefix.Prefix, s
     return prefix.locate(head), engine
 
 
+def message_prefix(text: str, at: int, anchor: str) -> prefix.Prefix:
+    """How the text before the header `anchor` at `at` reads as a prefix (vLLM's engine id
+    before the throughput header left out); `glued` asks it where a record starts in a line."""
+    return _at_message_start(text, at, anchor)[0]
+
+
+def well_formed(rec: Record) -> bool:
+    """A complete message, whatever its prefix: see `_well_formed`."""
+    return _well_formed(rec)
+
+
 def parse_line(line: str) -> Record | Rejected | None:
     """Parse one line (with or without its newline). None means: not a line specwatch stores."""
     if _ANY_HEADER.search(line) is None:

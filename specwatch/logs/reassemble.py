@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from specwatch.logs import formats as _formats
-from specwatch.logs import parse, prefix
+from specwatch.logs import glued, parse, prefix
 
 DOCKER_SPLIT = 16 * 1024    # bytes of message per docker json-file log entry
 # A complete-looking record of these kinds is held for one line: a wrap at a segment boundary
@@ -131,7 +131,17 @@ class Reassembler:
             if status == _CONSUMED:
                 return []
             out.append(self._give_up())
-        rec = self.parse_line(text)
+        pieces = glued.split(text, self.parse_line)
+        if pieces:
+            # several records glued on one line: each stored at its own offset; the last one is
+            # then held like any line (the next line may continue it)
+            for pc in pieces[:-1]:
+                out.append(Logical(line_no, offset + _nbytes(text, pc.start), pc.text, pc.result))
+            last = pieces[-1]
+            offset += _nbytes(text, last.start)
+            text, rec = last.text, last.result
+        else:
+            rec = self.parse_line(text)
         clean = prefix.clean(text) if rec is not None else ""
         if isinstance(rec, parse.Record) and rec.kind in HOLD_KINDS or \
                 rec is not None and _holdable(clean, rec):
@@ -232,6 +242,12 @@ class Reassembler:
             held.text, held.parts, self._texts = partial[0], parts, partial[:4]
             return _CONSUMED, None
         return _NO, None
+
+
+def _nbytes(text: str, chars: int) -> int:
+    """UTF-8 bytes of the first `chars` characters of `text` (a piece's offset in its line)."""
+    head = text[:chars]
+    return chars if head.isascii() else len(head.encode("utf-8"))
 
 
 def reassemble(lines: Iterable[tuple[int, int, str]]) -> Iterator[Logical]:

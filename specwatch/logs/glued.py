@@ -16,13 +16,17 @@ a known log-record start begins after the end of a complete message:
 - every piece but the last parses as a complete, well-formed metric record of its header's kind
   (`parse.well_formed`: typed values are strict, so a piece that ends in anything but its last
   value, a separator (`, `, `.`, a space or tab) or nothing, is not one);
-- the last piece parses as a metric record or a metric rejection of its header's kind (cut off:
-  the next line may continue it, as for any line);
+- the last piece parses as a metric record or a metric rejection of its header's kind, as a line
+  of its own would (cut off, the next line may continue it);
 - no piece holds a log-record start after its header (text of no metric kind glued in, e.g.
   `[ts] Cache flushed: 3` after a decode window, would otherwise become a field of the record).
-Anything else (a cut that two places could make, a markdown table row, inline code between the
-records, ANSI colour codes, a docker JSON line, undecodable bytes) leaves the line whole: it parses
-as before, so a glued line is rejected, never stored as a wrong row.
+Where several places qualify, the latest (closest to the next header) is the cut: typed values are
+strict, so only digits glued to a number could read two ways (`#queue-req: 37 [ts]` is 37, not 3
+and a thread id 7 of a logging format). Anything else (no such place, a markdown table row,
+inline code between the records, ANSI colour codes, a docker JSON line, undecodable bytes) leaves
+the line whole: it parses as before, and a metric record parsed from it (another record's text in
+its fields) is rejected by `reassemble` (unless quoted: a markdown cell or inline code holds one
+record), so a glued line is never stored as a wrong row.
 
 The C scanner never takes a line with two metric headers (a second `batch` header sends it to
 Python; a vLLM header's first value is never a plain number), so both ingest paths store the same.
@@ -61,11 +65,16 @@ class Piece:
     result: parse.Record | parse.Rejected
 
 
+def several(line: str) -> bool:
+    """Does `line` hold two or more metric headers? (A record's message never holds another's.)"""
+    first = _HEADER.search(line)
+    return first is not None and _HEADER.search(line, first.end()) is not None
+
+
 def split(line: str, parse_line: Callable = parse.parse_line) -> list[Piece] | None:
     """The records glued on `line` (no newline), each with its parse; None when the line is not
     cut (one record, or not certainly several: it is parsed whole, as every line)."""
-    first = _HEADER.search(line)
-    if first is None or _HEADER.search(line, first.end()) is None:
+    if not several(line):
         return None
     if "\ufffd" in line or "\x1b" in line or "\r" in line or line.startswith('{"'):
         return None  # offsets would not be the file's, or the text is not what the line shows
@@ -94,34 +103,33 @@ def split(line: str, parse_line: Callable = parse.parse_line) -> list[Piece] | N
 
 def _fits(text: str, after: int, res, kind: str, last: bool) -> bool:
     """Is `text` one record of `kind` whose message (from `after` on) holds no other record's
-    start: complete and well-formed, or (the last piece) also a rejection of that kind?"""
-    if _RECORD_START.search(text, after):
+    start: complete and well-formed, or (the last piece, read as a line of its own would be: the
+    next line may continue it) any record or rejection of that kind?"""
+    if _RECORD_START.search(text, after) or res is None or res.kind != kind:
         return False
-    if isinstance(res, parse.Record):
-        return res.kind == kind and parse.well_formed(res)
-    return last and isinstance(res, parse.Rejected) and res.kind == kind
+    return last or isinstance(res, parse.Record) and parse.well_formed(res)
 
 
 def _cut(line: str, begin: int, prev: re.Match, cur: re.Match, parse_line: Callable) -> int | None:
     """Where the record whose header is `cur` starts, the one before starting at `begin` with the
-    header `prev`: the one place between the headers where a known log prefix (after any capture
-    prefix) leads to `cur` and the text from `begin` up to it is a complete record. None if no
-    place or more than one."""
+    header `prev`: the latest place between the headers where a known log prefix (after any
+    capture prefix) leads to `cur` and the text from `begin` up to it is a complete record (the
+    latest: `#queue-req: 37 [ts]` is 37, not 3 and a thread id 7). None if there is no such place."""
     lo, hi = prev.end(), cur.start()
     anchor = cur.group(0)
-    found = set()
+    cands: set[int] = set()
     for m in _RECORD_START.finditer(line, lo, hi):
-        k = m.start()
-        # the record starts at `k`, or earlier at a capture prefix of a known shape (`svc-1  | `,
+        # the record starts there, or earlier at a capture prefix of a known shape (`svc-1  | `,
         # journald's `Nov 02 09:14:07 host unit[pid]: `), glued to the last value or not
-        for j in range(k, max(lo + 1, k - MAX_CAPTURE) - 1, -1):
-            if j in found or line[j].isspace():
-                continue
-            p = parse.message_prefix(line[j:hi], hi - j, anchor)
-            if not (p.known and (p.timestamp or p.process or p.outer_ts)):
-                continue
-            res = parse_line(line[begin:j])
-            if isinstance(res, parse.Record) and _fits(line[begin:j], prev.end() - begin, res,
-                                                       HEADERS[prev.group(0)], last=False):
-                found.add(j)
-    return found.pop() if len(found) == 1 else None
+        cands.update(range(max(lo + 1, m.start() - MAX_CAPTURE), m.start() + 1))
+    for j in sorted(cands, reverse=True):
+        if line[j].isspace():
+            continue
+        p = parse.message_prefix(line[j:hi], hi - j, anchor)
+        if not (p.known and (p.timestamp or p.process or p.outer_ts)):
+            continue
+        res = parse_line(line[begin:j])
+        if isinstance(res, parse.Record) and _fits(line[begin:j], prev.end() - begin, res,
+                                                   HEADERS[prev.group(0)], last=False):
+            return j
+    return None

@@ -142,6 +142,12 @@ class Reassembler:
             text, rec = last.text, last.result
         else:
             rec = self.parse_line(text)
+            if isinstance(rec, parse.Record) and rec.kind in parse.METRIC_KINDS and \
+                    rec.quoted is None and glued.several(text):
+                # a second metric header inside the record's message: records glued that could
+                # not be cut apart (their fields would hold the other record's text)
+                rec = parse.Rejected(rec.kind, "another log line is pasted into this one (glued "
+                                     "records that cannot be cut apart)")
         clean = prefix.clean(text) if rec is not None else ""
         if isinstance(rec, parse.Record) and rec.kind in HOLD_KINDS or \
                 rec is not None and _holdable(clean, rec):

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT
 from specwatch.db import schema, store
-from specwatch.logs import fastscan, ingest, parse, prefix
+from specwatch.logs import fastscan, glued, ingest, parse, prefix
 
 sys.path.insert(0, str(ROOT / "tests"))
 import capture_cases as cc  # noqa: E402
@@ -81,11 +81,16 @@ def test_known_prefix_broken_message_is_rejected_unknown_is_noise():
         assert parse.parse_line(p + cut) is None
 
 
-def test_glued_records_after_unknown_text_store_nothing():
+def test_glued_records_after_unknown_text_are_no_one_record_but_cut_apart_each():
+    # parse_line reads one record: two glued ones are none of it; ingest cuts such a line apart
+    # first (glued.split, tests/test_glued.py) when the second starts with a log prefix
     rng = random.Random(3)
     for b in cc.bases(rng):
         if b.kind in parse.METRIC_KINDS:
             assert parse.parse_line(">> " + b.text + b.text) is None, b.kind
+            pieces = glued.split(">> " + b.text + b.text)
+            assert [p.start for p in pieces] == [0, len(b.text) + 3], b.kind
+            assert all(mismatches(p.result, b.expect) == [] for p in pieces), b.kind
 
 
 def test_a_capture_prefix_never_changes_what_the_scanner_or_parser_sees():

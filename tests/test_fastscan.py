@@ -205,3 +205,25 @@ def test_scan_threads_setting_is_checked(monkeypatch):
     for cpus, threads in ((2, 1), (3, 1), (4, 2), (5, 2), (16, 8), (64, 8)):
         monkeypatch.setattr(fastscan, "usable_cpus", lambda cpus=cpus: cpus)
         assert fastscan.scan_threads() == threads, cpus
+
+
+@pytest.mark.parametrize("glued", [
+    "[2026-01-02 10:00:01 TP0] Cache flushed: 3",
+    "[2026-01-02 10:00:01] Scheduler hit: 1",
+    "INFO 01-02 10:00:01 [loggers.py:123] Engine 000: 1",
+    "[pod/sglang-0/server] hits: 7",
+    "x]y: 2",
+])
+def test_a_key_with_a_bracket_is_another_record_for_python(glued):
+    """A decode line with another record glued after its last field: the scanner never takes it
+    (its key would land in `fields`); Python cuts it off or rejects it (logs/glued.py)."""
+    head = ("[2026-01-02 10:00:00 TP0] Decode batch, #running-req: 3, #token: 100, token usage: "
+            "0.01, accept len: 2.50, gen throughput (token/s): 120.5, #queue-req: 0, ")
+    plain = head.removesuffix(", ") + "\n"
+    data = (head + glued + "\n" + plain + plain).encode()
+    sr = fastscan.scan(data, 0, 0)
+    assert sr.decode["line_no"].to_pylist() == [2]          # the plain line between them
+    assert sr.slow_lines[:, 1].tolist() == [1, 3]          # the glued line and the last line
+    # a key without one is still the scanner's own (an extra field, kept in `fields`)
+    sr = fastscan.scan((head + "cache hit: 3\n" + plain + plain).encode(), 0, 0)
+    assert sr.decode["line_no"].to_pylist() == [1, 2]

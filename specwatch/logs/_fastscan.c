@@ -759,6 +759,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                  * format goes to Python (which rejects it): `avg_accept_len: ` can only occur in
                  * such a fragment, since known keys are literals and their values numbers. */
                 if (memmem(frag, flen, "avg_accept_len: ", 16)) { ok = 0; break; }
+                /* No SGLang key holds a bracket: a key that does is another record glued on
+                 * (`..., #queue-req: 0, [ts TP0] Cache flushed: 3`, `INFO ... file.py:N] ...`,
+                 * `[pod/p/c] ...`), which Python cuts off or rejects (logs/glued.py). */
+                if (memchr(frag, '[', klen) || memchr(frag, ']', klen)) { ok = 0; break; }
                 Py_ssize_t kn = norm_key(frag, klen, key, sizeof key);
                 if (kn <= 0 || is_reserved(key, kn)) { ok = 0; break; }
                 /* a duplicate (or a key that contains an earlier one) goes to Python */

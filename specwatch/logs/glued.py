@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from specwatch.logs import parse
+from specwatch.logs import parse, prefix
 
 # The metric headers and the kind each starts (parse routes by the same headers).
 HEADERS = {"Decode batch": "sglang_decode", "Prefill batch": "sglang_prefill",
@@ -53,6 +53,8 @@ _RECORD_START = re.compile(
     r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}"
     r"|\((?:[\w.\-]+ )?pid=\d+|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 MAX_CAPTURE = 160   # characters of capture prefix looked at before a record start
+MAX_OPEN = 240     # characters of log prefix looked at for a record of no metric kind
+_BARE_NUM = re.compile(r"\d+[ \t]")
 MAX_PIECES = 256    # more headers than this on one line: not cut (a line of 256 records is not a paste)
 
 
@@ -72,9 +74,14 @@ def several(line: str) -> bool:
 
 
 def split(line: str, parse_line: Callable = parse.parse_line) -> list[Piece] | None:
-    """The records glued on `line` (no newline), each with its parse; None when the line is not
-    cut (one record, or not certainly several: it is parsed whole, as every line)."""
-    if not several(line):
+    """The records glued on `line` (no newline), each with its parse (None for a piece of no
+    kind specwatch stores); None when the line is not cut (one record, or not certainly several:
+    it is parsed whole, as every line)."""
+    first = _HEADER.search(line)
+    if first is None:
+        return None
+    two = _HEADER.search(line, first.end()) is not None
+    if not two and not _mixed(line, first):
         return None
     if "\ufffd" in line or "\x1b" in line or "\r" in line or line.startswith('{"'):
         return None  # offsets would not be the file's, or the text is not what the line shows
@@ -84,21 +91,178 @@ def split(line: str, parse_line: Callable = parse.parse_line) -> list[Piece] | N
     heads = list(_HEADER.finditer(line))
     if len(heads) > MAX_PIECES or "`" in line[heads[0].start():heads[-1].start()]:
         return None  # inline code between the records: quoted text, read whole by parse
-    starts = [0]
-    for prev, cur in zip(heads, heads[1:]):
-        cut = _cut(line, starts[-1], prev, cur, parse_line)
-        if cut is None:
+    at, head, msg, i = 0, heads[0], 0, 1
+    p0 = parse.message_prefix(line, head.start(), head.group(0))
+    if not p0.known and "`" not in line:
+        k = _opens(line, 0, head.start())
+        if k is not None:
+            head, msg, i = None, k, 0   # a record of no metric kind first, then the metric one
+    cuts: list[tuple[int, re.Match | None]] = []
+    while True:
+        nxt = heads[i] if i < len(heads) else None
+        limit = nxt.start() if nxt else len(line)
+        if head is not None:   # a metric record from `at`
+            j = _cut(line, at, head, nxt, parse_line) if nxt else None
+            if j is not None:
+                cuts.append((at, head))
+                at, head, i = j, nxt, i + 1
+                continue
+            c = None if "`" in line else _cut_to_text(line, at, head, limit, parse_line)
+            cuts.append((at, head))
+            if c is None:
+                if nxt is not None:
+                    return None
+                break
+            at, head, msg = c[0], None, c[1]
+            continue
+        # a record of no metric kind from `at`, its message from `msg`
+        c = _after_text(line, msg, nxt, limit)
+        if c is None:
+            if nxt is not None:
+                return None   # a metric header inside its message: quoted, not cut
+            cuts.append((at, None))
+            break
+        j, k = c
+        if not _complete_text(line[at:j], j - msg, parse_line):
             return None
-        starts.append(cut)
+        cuts.append((at, None))
+        if k is None:
+            at, head, i = j, nxt, i + 1
+        else:
+            at, msg = j, k
     pieces = []
-    for i, (at, head) in enumerate(zip(starts, heads)):
-        end = starts[i + 1] if i + 1 < len(starts) else len(line)
+    for n, (at, head) in enumerate(cuts):
+        end = cuts[n + 1][0] if n + 1 < len(cuts) else len(line)
         text = line[at:end]
+        if head is None:
+            res = parse_line(text.rstrip(" \t") if end < len(line) else text)
+            pieces.append(Piece(at, text, res))
+            continue
         res = parse_line(text)
         if not _fits(text, head.end() - at, res, HEADERS[head.group(0)], last=end == len(line)):
             return None
         pieces.append(Piece(at, text, res))
-    return pieces
+    return pieces if len(pieces) > 1 else None
+
+
+def glued_on(text: str) -> bool:
+    """Does a metric record's line hold another record: a second metric header, or a log-record
+    start after its header (`..., #queue-req: 0, [ts TP0] Cache flushed: 3`)? Such a line that
+    `split` could not cut is rejected, never stored with the other record's text in its fields."""
+    if text.startswith('{"'):
+        text = prefix.clean(text)   # a docker JSON line: its message (its time is no glued record)
+    first = _HEADER.search(text)
+    return first is not None and (_HEADER.search(text, first.end()) is not None
+                                  or _RECORD_START.search(text, first.end()) is not None)
+
+
+def starts_record(text: str) -> bool:
+    """Does `text` hold a log record's own start (a time, a process tag)? A wrapped record's
+    continuation never does (`reassemble` does not join such a line)."""
+    return _RECORD_START.search(text) is not None
+
+
+def _mixed(line: str, first: re.Match) -> bool:
+    """Might `line`, with one metric header `first`, hold a record of no metric kind glued after
+    the metric record or before it? (Cheap tests first: most lines are one record.)"""
+    if _RECORD_START.search(line, first.end()) is not None:
+        return True
+    return _RECORD_START.search(line, 1, first.start()) is not None and \
+        not parse.message_prefix(line, first.start(), first.group(0)).known
+
+
+def _boundary(line: str, j: int) -> bool:
+    """Can a record start at `j`: not inside a word or number (`...: 12svc-1  | `)."""
+    return j == 0 or not (line[j - 1].isalnum() or line[j - 1] == "_") or line[j] in "[("
+
+
+def _opens(line: str, j: int, limit: int) -> int | None:
+    """Where the message starts of a record of any kind whose log prefix (after any capture
+    prefix) `prefix.split` reads whole from `j` and which carries its own time or process tag
+    (a bare date-time only with a level, logger, source location or rank bracket beside it: a
+    date in prose is no record start; a capture path's time alone is not the record's own);
+    the message holds text before `limit`. None if none."""
+    best = None
+    end = min(limit, j + MAX_OPEN)
+    for k in range(j + 1, end):
+        if not (line[k - 1] in " \t" and line[k] not in " \t"):
+            continue
+        p = prefix.split(line[j:k])
+        if p is not None and (p.process or p.timestamp and (
+                p.rank is not None or p.level or p.logger or p.location)):
+            best = k
+    return best
+
+
+def _balanced(text: str) -> bool:
+    """Quotes paired and brackets closed: text that ends inside a string or a call (`note='`,
+    `logger.info(f"`) is not a complete message, whatever follows it is quoted."""
+    if text.count('"') % 2 or text.count("'") % 2:
+        return False
+    stack = []
+    for ch in text:
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in ")]}":
+            if not stack or "([{"[")]}".index(ch)] != stack.pop():
+                return False
+    return not stack
+
+
+def _complete_text(text: str, n_msg: int, parse_line: Callable) -> bool:
+    """Is `text`, a record of no metric kind that another record follows on the line (its
+    message the last `n_msg` characters), complete: its message balanced, and noise or an
+    event/readiness record as a line of its own (never a config or a rejection: those are read
+    whole)?"""
+    message = text[len(text) - n_msg:]
+    if not _balanced(message) or not message.strip():
+        return False
+    res = parse_line(text.rstrip(" \t"))
+    return res is None or isinstance(res, parse.Record) and res.kind not in parse.METRIC_KINDS \
+        and res.kind not in parse.CONFIG_KINDS
+
+
+def _cut_to_text(line: str, begin: int, head: re.Match, limit: int, parse_line: Callable
+                 ) -> tuple[int, int] | None:
+    """Where a record of no metric kind starts after the metric record from `begin` (header
+    `head`), and where its message starts: the latest place at the first log-record start after
+    the header (after any capture prefix) where the text before is a complete, well-formed
+    metric record. None if there is none."""
+    m = _RECORD_START.search(line, head.end(), limit)
+    if m is None:
+        return None
+    kind = HEADERS[head.group(0)]
+    for j in range(m.start(), max(head.end(), m.start() - MAX_CAPTURE), -1):
+        if line[j].isspace() or not _boundary(line, j):
+            continue
+        k = _opens(line, j, limit)
+        if k is None:
+            continue
+        res = parse_line(line[begin:j])
+        if isinstance(res, parse.Record) and _fits(line[begin:j], head.end() - begin, res, kind,
+                                                   last=False):
+            return j, k
+    return None
+
+
+def _after_text(line: str, msg: int, nxt: re.Match | None, limit: int
+                ) -> tuple[int, int | None] | None:
+    """The next record after a record of no metric kind whose message starts at `msg`: (where it
+    starts, None) for the metric record of header `nxt`, (where it starts, where its message
+    starts) for another record of no metric kind; the earliest place (a capture prefix belongs to
+    the record after it), never a bare number (a thread id reads two ways). None if none."""
+    for m in _RECORD_START.finditer(line, msg + 1, limit):
+        for j in range(max(msg + 1, m.start() - MAX_CAPTURE), m.start() + 1):
+            if line[j].isspace() or not _boundary(line, j) or _BARE_NUM.match(line, j):
+                continue
+            if nxt is not None:
+                p = parse.message_prefix(line[j:limit], limit - j, nxt.group(0))
+                if p.known and (p.timestamp or p.process or p.outer_ts):
+                    return j, None
+            k = _opens(line, j, limit)
+            if k is not None:
+                return j, k
+    return None
 
 
 def _fits(text: str, after: int, res, kind: str, last: bool) -> bool:

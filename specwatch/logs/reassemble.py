@@ -143,7 +143,7 @@ class Reassembler:
         else:
             rec = self.parse_line(text)
             if isinstance(rec, parse.Record) and rec.kind in parse.METRIC_KINDS and \
-                    rec.quoted is None and glued.several(text):
+                    rec.quoted is None and glued.glued_on(text):
                 # a second metric header inside the record's message: records glued that could
                 # not be cut apart (their fields would hold the other record's text)
                 rec = parse.Rejected(rec.kind, "another log line is pasted into this one (glued "
@@ -206,6 +206,8 @@ class Reassembler:
                 joins.append(t + clean)
                 if not t.endswith(" ") and not clean.startswith(" "):
                     joins.append(t + " " + clean)
+        if glued.starts_record(rest or clean):
+            return _NO, None  # holds a log-record start (`svc-2  | [ts] Cache flushed: 0`): its own
         parts = held.parts + 1
         if parts > MAX_PARTS or len(joins[0]) > MAX_CHARS:
             return _NO, None

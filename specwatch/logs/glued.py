@@ -28,6 +28,15 @@ the line whole: it parses as before, and a metric record parsed from it (another
 its fields) is rejected by `reassemble` (unless quoted: a markdown cell or inline code holds one
 record), so a glued line is never stored as a wrong row.
 
+Records of no metric kind glued before, between or after metric records (`..., #queue-req: 0,
+[ts TP0] Cache flushed: 3`, `... 0.0%. ERROR 06-19 ... Engine iteration timed out...`) are cut by
+the same rule: their start is a log prefix with the record's own time or process tag (a bare
+date-time only with a level, logger, location or rank beside it); one that another record follows
+must have a balanced message (quotes, brackets: a prompt or a config string that quotes records is
+not cut) and parse as noise or an event/readiness record; each such piece is then read as a line
+of its own. A metric record whose message still holds a record start after its header is
+rejected by `reassemble` (`glued_on`), never stored with the other record in its fields.
+
 The C scanner never takes a line with two metric headers (a second `batch` header sends it to
 Python; a vLLM header's first value is never a plain number), so both ingest paths store the same.
 

@@ -427,24 +427,12 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
     if tbl.num_rows == 0:
         return 0
     con.register("_specwatch_batch", tbl)
-    # Fewer rows than a row group on one thread: DuckDB's threads would each start a row group
-    # of their own for a share of them and then merge those (a chunk's ~110K prefill windows on
-    # 16 threads: 0.22 s, as long as its ~1M decode windows on all of them).
-    threads = _threads(con) if tbl.num_rows < ROW_GROUP_ROWS else 1
     try:
-        if threads > 1:
-            con.execute("SET threads = 1")
         # by name: a database made by an older version has its newer columns last (ALTER ADD)
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _specwatch_batch")
     finally:
         con.unregister("_specwatch_batch")
-        if threads > 1:
-            con.execute(f"SET threads = {threads}")
     return tbl.num_rows
-
-
-def _threads(con: duckdb.DuckDBPyConnection) -> int:
-    return int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
 
 
 def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source, expect_offset: int,

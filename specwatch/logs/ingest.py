@@ -178,11 +178,10 @@ class FileIngestor:
             return
         pool = ThreadPoolExecutor(1)
         placeholder = schema.Source(source_id=_PREFETCH_ID, path=self.path)
-        # about one row group of decode windows (half a 64 MB chunk), so that the first insert
-        # starts soon after the setup while the next chunk is scanned (on a many-CPU host a
-        # chunk is larger, and half of one, 128 MB, kept DuckDB idle for 0.34 s)
+        # half a chunk: about one row group of decode windows, so that the first insert starts
+        # soon after the setup (the next chunk is scanned meanwhile)
         self._prefetch = (pool.submit(self._read, placeholder, 0, 0, end, False,
-                                      min(self.chunk_bytes, BULK_CHUNK_BYTES) // 2), pool, end)
+                                      self.chunk_bytes // 2), pool, end)
 
     def _prefetched(self, src: schema.Source, end: int) -> _Chunk | None:
         """The chunk `prefetch` read, when it is the start of `src` as the file is now."""

@@ -20,14 +20,12 @@ import json
 import random
 import sys
 
-import pytest
-
 from conftest import ROOT
 from specwatch.logs import fastscan, glued, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 import capture_cases as cc  # noqa: E402
-from test_glued import (CAPTURES, METRIC_TABLES, TABLES, _dump, _ingest,  # noqa: E402
+from test_glued import (CAPTURES, METRIC_TABLES, TABLES, _ingest,  # noqa: E402
                         _mismatches, _record, _same_but_place, _write, expected)
 
 
@@ -128,11 +126,8 @@ def test_metric_and_other_records_glued_are_each_stored_as_on_lines_of_their_own
     by_line = {n: (t, row) for t in TABLES for (n, _), row in ref[t].items()}
     paths = _both(tmp_path, monkeypatch, lines)
     if len(paths) == 2:
-        # both ingest paths store the same rows, column for column (a record of no metric kind
-        # before a metric one under a capture prefix: see the xfail test below)
-        keep = [not _leading(recs) for _, recs in lines]
-        assert _on_lines(paths[0], lambda n: keep[n - 1]) == \
-            _on_lines(paths[1], lambda n: keep[n - 1])
+        # both ingest paths store the same rows, column for column
+        assert _on_lines(paths[0], lambda n: True) == _on_lines(paths[1], lambda n: True)
         paths = paths[1:]
     n_metric = n_event = 0
     for got in paths:
@@ -170,10 +165,6 @@ def test_metric_and_other_records_glued_are_each_stored_as_on_lines_of_their_own
     assert n_metric >= 300 and n_event >= 40
 
 
-@pytest.mark.xfail(fastscan.available(), strict=True, reason="the C scanner takes a line whose "
-                   "metric record follows a record of no metric kind under a capture prefix "
-                   "(`host unit[1]: [ts] Cache flushed: 8 host unit[1]: [ts] Decode batch, ...`) "
-                   "whole, the other record kept as its line_prefix; it should hand it to Python")
 def test_both_paths_equal_where_another_record_comes_first_under_a_capture_prefix(tmp_path,
                                                                                   monkeypatch):
     lines = [(t, recs) for t, recs in mixed_lines(11, 240) if _leading(recs)]

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from functools import lru_cache
 
-from specwatch.logs import clock, parse, prefix
+from specwatch.logs import clock, glued, parse, prefix
 
 try:
     from specwatch.logs import _fastscan
@@ -380,8 +380,9 @@ def capture_parts(line_prefix: str, shape: int) -> dict | None:
     """The capture columns the Python parser gives a line the scanner took with this capture
     prefix and shape, or None when Python reads that line's prefix another way (the row is then
     handed back). `outer_ts_text` is among them when the prefix holds it (journald)."""
-    if parse._ANY_HEADER.search(line_prefix) or "`" in line_prefix:
-        return None
+    if parse._ANY_HEADER.search(line_prefix) or "`" in line_prefix \
+            or glued.starts_record(line_prefix):
+        return None   # another record glued before this one: Python cuts the line (glued.py)
     head = (line_prefix + (_CANON_TS + " " if shape & 1 else "") + ("stdout F " if shape & 2 else "")
             + (f"({_CANON_PROC}) " if shape & 4 else "") + f"[{_CANON_STAMP}] ")
     p = prefix.locate(head)

@@ -61,6 +61,9 @@ _HEADER = re.compile("|".join(re.escape(h) for h in HEADERS))
 _RECORD_START = re.compile(
     r"\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}"
     r"|\((?:[\w.\-]+ )?pid=\d+|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+# What every record start holds (its time `:dd:dd`, or a process tag's `pid=`): searched first, as
+# it is ~5x cheaper than _RECORD_START over a metric message (0.8 vs 4.3 us per decode line)
+_HINT = re.compile(r":\d\d:\d\d|pid=")
 MAX_CAPTURE = 160   # characters of capture prefix looked at before a record start
 MAX_OPEN = 240     # characters of log prefix looked at for a record of no metric kind
 _BARE_NUM = re.compile(r"\d+[ \t]")
@@ -82,15 +85,20 @@ def several(line: str) -> bool:
     return first is not None and _HEADER.search(line, first.end()) is not None
 
 
+def candidate(line: str) -> bool:
+    """Might `line` hold several records (two metric headers, or a record of no metric kind glued
+    before or after its one)? False for nearly every line, cheaply: then `split` cuts nothing and
+    `glued_on` is False, and the caller asks neither."""
+    first = _HEADER.search(line)
+    return first is not None and (_HEADER.search(line, first.end()) is not None
+                                  or _mixed(line, first))
+
+
 def split(line: str, parse_line: Callable = parse.parse_line) -> list[Piece] | None:
     """The records glued on `line` (no newline), each with its parse (None for a piece of no
     kind specwatch stores); None when the line is not cut (one record, or not certainly several:
     it is parsed whole, as every line)."""
-    first = _HEADER.search(line)
-    if first is None:
-        return None
-    two = _HEADER.search(line, first.end()) is not None
-    if not two and not _mixed(line, first):
+    if not candidate(line):
         return None
     if "\ufffd" in line or "\x1b" in line or "\r" in line or line.startswith('{"'):
         return None  # offsets would not be the file's, or the text is not what the line shows
@@ -162,22 +170,46 @@ def glued_on(text: str) -> bool:
         text = prefix.clean(text)   # a docker JSON line: its message (its time is no glued record)
     first = _HEADER.search(text)
     return first is not None and (_HEADER.search(text, first.end()) is not None
-                                  or _RECORD_START.search(text, first.end()) is not None)
+                                  or _start_after(text, first.end()) is not None)
 
 
 def starts_record(text: str) -> bool:
     """Does `text` hold a log record's own start (a time, a process tag)? A wrapped record's
     continuation never does (`reassemble` does not join such a line)."""
-    return _RECORD_START.search(text) is not None
+    return _start_after(text) is not None
+
+
+def _start_after(text: str, pos: int = 0) -> re.Match | None:
+    """The first record start in `text` from `pos` (`_HINT` first: most texts hold none)."""
+    return _RECORD_START.search(text, pos) if _HINT.search(text, pos) else None
 
 
 def _mixed(line: str, first: re.Match) -> bool:
     """Might `line`, with one metric header `first`, hold a record of no metric kind glued after
     the metric record or before it? (Cheap tests first: most lines are one record.)"""
-    if _RECORD_START.search(line, first.end()) is not None:
+    if _start_after(line, first.end()) is not None:
         return True
+    if _own_start_only(line, first.start()):
+        return False
     return _RECORD_START.search(line, 1, first.start()) is not None and \
         not parse.message_prefix(line, first.start(), first.group(0)).known
+
+
+_GAP = re.compile(r"[)\] \t]{0,3}")
+
+
+def _own_start_only(line: str, end: int) -> bool:
+    """Do the record starts before `end` form one chain from the line's first character (its own
+    prefix: `[ts TP0] `, `(APIServer pid=1) INFO 05-07 04:56:27 `, `(SGLangEngine pid=4) [ts] `),
+    with nothing but `)`, `]` and blanks between them? Then no record can be glued before the
+    metric one (a cut needs a record start of its own), and the line's prefix is not parsed a
+    second time here (the Python path: 40% more time per line when it was)."""
+    at = 0
+    for m in _RECORD_START.finditer(line, 0, end):
+        if m.start() != at and not (at and _GAP.fullmatch(line, at, m.start())):
+            return False
+        at = m.end()
+    return at > 0
 
 
 def _boundary(line: str, j: int) -> bool:

@@ -131,7 +131,8 @@ class Reassembler:
             if status == _CONSUMED:
                 return []
             out.append(self._give_up())
-        pieces = glued.split(text, self.parse_line)
+        several = glued.candidate(text)   # (nearly every line: no)
+        pieces = glued.split(text, self.parse_line) if several else None
         if pieces:
             # several records glued on one line: each stored at its own offset; the last one is
             # then held like any line (the next line may continue it)
@@ -142,8 +143,8 @@ class Reassembler:
             text, rec = last.text, last.result
         else:
             rec = self.parse_line(text)
-            if isinstance(rec, parse.Record) and rec.kind in parse.METRIC_KINDS and \
-                    rec.quoted is None and glued.glued_on(text):
+            if several and isinstance(rec, parse.Record) and rec.kind in parse.METRIC_KINDS \
+                    and rec.quoted is None and glued.glued_on(text):
                 # a second metric header inside the record's message: records glued that could
                 # not be cut apart (their fields would hold the other record's text)
                 rec = parse.Rejected(rec.kind, "another log line is pasted into this one (glued "

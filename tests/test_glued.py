@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from specwatch.db import schema, store
+from specwatch.db import store
 from specwatch.logs import fastscan, glued, ingest, parse, prefix
 
 sys.path.insert(0, str(ROOT / "tests"))
@@ -213,16 +213,25 @@ def _lookalikes(rng: random.Random) -> tuple[list[str], list[str], list[str]]:
     return nothing, no_metric, uncut
 
 
-def test_lookalikes_store_no_metric_row(tmp_path, monkeypatch):
-    nothing, no_metric, uncut = _lookalikes(random.Random(9))
-    assert all(glued.split(t) is None for t in nothing + no_metric + uncut)
+def check_lookalikes(tmp_path, monkeypatch, nothing: list[str], config: list[str],
+                     uncut: list[str], rejected_ok: bool = False) -> None:
+    """No line is cut; on both ingest paths the `nothing` lines store no row of any table (but
+    rejected lines where `rejected_ok`: a quoted record found incomplete), and the `config` lines
+    (server_args holding glued-looking text) one server_args row each; no metric row, no event."""
+    assert all(glued.split(t) is None for t in nothing + config + uncut)
     log = tmp_path / "look.log"
-    _write(log, nothing + no_metric)
+    _write(log, nothing + config)
     for py in [False, True] if fastscan.available() else [True]:
         got = _ingest(tmp_path, log, monkeypatch, py, "look")
         assert not [k for t in METRIC_TABLES for k in got[t]], "metric rows from lookalikes"
-        assert not [k for t in TABLES for k in got[t] if k[0] <= len(nothing)]
+        kept = [t for t in TABLES if not (rejected_ok and t == "rejected_lines")]
+        assert not [k for t in kept for k in got[t] if k[0] <= len(nothing)]
+        assert not got["events"] and len(got["server_configs"]) == len(config)
         assert all(r["config_kind"] == "server_args" for r in got["server_configs"].values())
+
+
+def test_lookalikes_store_no_metric_row(tmp_path, monkeypatch):
+    check_lookalikes(tmp_path, monkeypatch, *_lookalikes(random.Random(9)))
 
 
 def test_a_glued_record_cut_by_a_wrap_is_joined_and_every_record_stays_once(tmp_path, monkeypatch):

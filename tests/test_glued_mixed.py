@@ -21,11 +21,11 @@ import random
 import sys
 
 from conftest import ROOT
-from specwatch.logs import fastscan, glued, parse
+from specwatch.logs import fastscan, parse
 
 sys.path.insert(0, str(ROOT / "tests"))
 import capture_cases as cc  # noqa: E402
-from test_glued import (CAPTURES, METRIC_TABLES, TABLES, _ingest,  # noqa: E402
+from test_glued import (CAPTURES, METRIC_TABLES, TABLES, _ingest, check_lookalikes,  # noqa: E402
                         _mismatches, _record, _same_but_place, _write, expected)
 
 
@@ -224,12 +224,4 @@ def _lookalikes(rng: random.Random) -> tuple[list[str], list[str]]:
 
 
 def test_lookalikes_of_mixed_lines_store_no_metric_row(tmp_path, monkeypatch):
-    none, config, quoted = _lookalikes(random.Random(5))
-    assert all(glued.split(t) is None for t in none + config + quoted)
-    log = tmp_path / "look.log"
-    _write(log, none + config)
-    for py in [False, True] if fastscan.available() else [True]:
-        got = _ingest(tmp_path, log, monkeypatch, py, "look")
-        assert not [k for t in METRIC_TABLES for k in got[t]], "metric rows from lookalikes"
-        assert not got["events"] and len(got["server_configs"]) == len(config)
-        assert all(r["config_kind"] == "server_args" for r in got["server_configs"].values())
+    check_lookalikes(tmp_path, monkeypatch, *_lookalikes(random.Random(5)), rejected_ok=True)

@@ -2,9 +2,21 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+# Signals this run inherited as ignored (`nohup` ignores SIGHUP; a non-interactive shell's
+# background `&` ignores SIGINT and SIGQUIT) stay ignored in every process a test starts, so
+# "specwatch dies of SIGHUP" and "run-sweep stops on SIGINT" failed only when the suite was
+# launched that way (test_lifecycle's SIGHUP case, test_sweep_ray's Ctrl-C). The tests are about
+# the dispositions a terminal gives, which they get here whatever launched them.
+for _sig in (signal.SIGHUP, signal.SIGQUIT):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The suite runs on CPU: Triton kernels run interpreted. This must be set before any module imports
 # triton, so it lives here rather than in the kernel test modules (tests/test_kernels_aot.py

@@ -73,6 +73,20 @@ def _gone(pids: dict[int, str | None], timeout_s: float) -> list[int]:
         time.sleep(0.1)
 
 
+def _sig_status(pid: int) -> str:
+    """A process's state and signal masks (blocked, ignored, caught, pending), per thread."""
+    out = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            lines = (task / "status").read_text().splitlines()
+        except OSError:
+            continue
+        keep = [ln.replace("\t", " ") for ln in lines
+                if ln.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")]
+        out.append(f"[{task.name}: {', '.join(keep)}]")
+    return " ".join(out) or "gone"
+
+
 def _wait_file(path: Path, proc: subprocess.Popen, timeout_s: float = 60) -> dict:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
@@ -102,7 +116,13 @@ def test_server_and_its_children_die_with_specwatch_whatever_the_signal(tmp_path
     pidfile = log.with_name("server" + procs.PIDFILE_SUFFIX)
     assert json.loads(pidfile.read_text())["pid"] == info["pid"]
     drv.send_signal(sig)
-    drv.wait(10)
+    try:
+        drv.wait(10)
+    except subprocess.TimeoutExpired:
+        # (seen on the 2-CPU dev host in full runs only, never alone: say how the driver and
+        # pytest itself handle the signal, so that the next failure explains itself)
+        pytest.fail(f"driver alive 10 s after {sig!r}: driver {_sig_status(drv.pid)}; "
+                    f"pytest {_sig_status(os.getpid())}")
     # The stub ignores SIGTERM: the watchdog's SIGKILL after its 1 s grace is what ends it.
     assert _gone(pids, 10) == []
     assert _port_freed(port)

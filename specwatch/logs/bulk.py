@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import sys
 import time
+from pathlib import Path
 
 from specwatch.logs import fastscan
 from specwatch.db import store
@@ -68,6 +69,12 @@ class WriterHold:
         cm, self._cm, self._con = self._cm, None, None
         if cm is not None:
             cm.__exit__(*(exc or (None, None, None)))
+
+
+def writer(db: str | Path, hold: WriterHold | None):
+    """A write burst through `hold`'s connection when the caller keeps one, else one of its own
+    (`store.writer`)."""
+    return hold.writer() if hold is not None else store.writer(db)
 
 
 class Buffers:

@@ -238,8 +238,7 @@ class FileIngestor:
         if b"\n" not in head and len(head) < FP_LEN:
             return None  # nothing complete yet: do not register a source for it
         fd = self._fh.fileno()
-        with (self._shared_hold.writer() if self._shared_hold is not None
-              else store.writer(self.db)) as con:
+        with bulk.writer(self.db, self._shared_hold) as con:
             if self.known_only:
                 src = stored_source(con, self.path, st, head, fd)
                 if src is None and self.adopt_modified_after is not None \
@@ -407,7 +406,7 @@ class FileIngestor:
         src.tail_fingerprint = _fingerprint(tail)
         attach = self.run_id if src.source_id not in self._attached else None
         notes = chunk.notes
-        with (self._hold.writer() if self._hold is not None else store.writer(self.db)) as con:
+        with bulk.writer(self.db, self._hold) as con:
             try:
                 try:
                     stored = store.append_with_checkpoint(
@@ -452,7 +451,7 @@ def bulk_chunk_bytes() -> int:
 def ensure_run(db: str | Path, run_id: str, hold: bulk.WriterHold | None = None,
                **fields) -> bool:
     """Create the run unless it exists; True when it was created. `hold`: write through it."""
-    with (hold.writer() if hold is not None else store.writer(db)) as con:
+    with bulk.writer(db, hold) as con:
         existing = con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if existing is None:
             store.upsert_run(con, {"run_id": run_id, "run_name": run_id, "origin": "ingest",

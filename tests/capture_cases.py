@@ -248,6 +248,22 @@ CLASSES = ("compose", "compose_timestamps", "swarm", "kubectl", "journald", "pyl
            "unknown")
 
 
+def case_of(rng: random.Random, cls: str, pool) -> Case:
+    """One record of capture class `cls` (or "plain": as it is) on a base drawn from `pool()`,
+    drawn again until one fits: a Python logging format only around SGLang lines, and only one
+    that prints a time (`INFO:logger:` prints none: nothing tells where such a record starts)."""
+    while True:
+        base = rng.choice(pool())
+        if cls == "plain":
+            return Case(cls, base.text, base)
+        if cls == "pylogging" and not base.sglang:
+            continue
+        case = capture(cls, rng, base)
+        if cls == "pylogging" and case.parts.get("timestamp") is None:
+            continue
+        return case
+
+
 def cases(seed: int, variants: int = 4) -> list[Case]:
     """Every class x every base line, `variants` times with fresh random values."""
     rng = random.Random(seed)

@@ -95,6 +95,18 @@ def assert_rows_close(a: list[tuple], b: list[tuple], names=None, rel=1e-12, abs
                 assert x == y, (ra[:5], name, x, y)
 
 
+def drain(db, log, run: str = "r", **kw) -> None:
+    """Ingest `log` into `db` poll by poll with a FileIngestor of these settings (e.g. small
+    `chunk_bytes`, so that chunk ends fall everywhere) until a poll finds nothing new."""
+    from specwatch.logs import ingest
+    ing = ingest.FileIngestor(db, log, run, **kw)
+    try:
+        while ing.poll().lines:
+            pass
+    finally:
+        ing.close()
+
+
 @pytest.fixture
 def db(tmp_path) -> Path:
     return tmp_path / "specwatch.duckdb"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SAMPLES, assert_rows_close
+from conftest import ROOT, SAMPLES, assert_rows_close, drain
 from specwatch.logs import fastscan, formats, ingest
 from specwatch.db import store
 
@@ -103,10 +103,7 @@ def test_small_chunks_store_what_one_chunk_stores(tmp_path, monkeypatch):
             f.write(s.read_bytes())
     whole, small = tmp_path / "whole.duckdb", tmp_path / "small.duckdb"
     ingest.ingest_paths(whole, [str(log)], run="r")
-    ing = ingest.FileIngestor(small, log, "r", chunk_bytes=32768, overlap=True)
-    while ing.poll().lines:
-        pass
-    ing.close()
+    drain(small, log, chunk_bytes=32768, overlap=True)
     a, b = dump(whole), dump(small)
     assert len(a["decode_windows"]) > 2000
     for t in TABLES:
@@ -177,10 +174,7 @@ def test_piece_ends_anywhere_store_what_one_scan_stores(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "5")
     monkeypatch.setattr(fastscan, "PIECE_BYTES", 4096)
     calls = _count_piece_scans(monkeypatch)
-    ing = ingest.FileIngestor(pieces, log, "r", chunk_bytes=40960, overlap=True)
-    while ing.poll().lines:
-        pass
-    ing.close()
+    drain(pieces, log, chunk_bytes=40960, overlap=True)
     assert len(calls) > 20 and max(calls) == 5
     a, b = dump(whole), dump(pieces)
     assert len(a["decode_windows"]) > 4000

@@ -22,7 +22,7 @@ import sys
 import duckdb
 import pytest
 
-from conftest import ROOT, SAMPLES, assert_rows_close
+from conftest import ROOT, SAMPLES, assert_rows_close, drain
 from specwatch.logs import fastscan, ingest
 from specwatch.db import schema, store, summaries
 
@@ -180,10 +180,7 @@ def _both(tmp_path, monkeypatch, files, **kw):
             monkeypatch.setenv("SPECWATCH_SQL_FOLD", mode)
         if kw:
             ingest.ensure_run(db, "r")
-            ing = ingest.FileIngestor(db, files[0], "r", **kw)
-            while ing.poll().lines:
-                pass
-            ing.close()
+            drain(db, files[0], **kw)
         else:
             ingest.ingest_paths(db, [str(f) for f in files])
         monkeypatch.delenv("SPECWATCH_SQL_FOLD", raising=False)

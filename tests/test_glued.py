@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, drain
 from specwatch.db import store
 from specwatch.logs import fastscan, glued, ingest, parse, prefix
 
@@ -53,19 +53,10 @@ DECLARED = _declared()
 
 
 def _record(rng: random.Random, cls: str) -> cc.Case:
-    while True:
-        pool = [b for b in cc.bases(rng) if b.kind in parse.METRIC_KINDS]
-        if cls != "pylogging":
-            pool += DECLARED
-        base = rng.choice(pool)
-        if cls == "plain":
-            return cc.Case(cls, base.text, base)
-        if cls == "pylogging" and not base.sglang:
-            continue
-        case = cc.capture(cls, rng, base)
-        if cls == "pylogging" and case.parts.get("timestamp") is None:
-            continue  # `INFO:logger:` prints no time: nothing tells where such a record starts
-        return case
+    """A metric record: the generated bases, and (but under a logging format) lines.toml's
+    prefixed samples."""
+    return cc.case_of(rng, cls, lambda: [b for b in cc.bases(rng) if b.kind in parse.METRIC_KINDS]
+                      + (DECLARED if cls != "pylogging" else []))
 
 
 def glued_lines(seed: int, n: int) -> list[tuple[str, list[tuple[int, cc.Case]]]]:
@@ -265,10 +256,7 @@ def test_chunk_ends_and_a_follower_store_each_glued_record_once(tmp_path):
     _write(log, lines)
     whole, small = tmp_path / "whole.duckdb", tmp_path / "small.duckdb"
     ingest.ingest_paths(whole, [str(log)], run="r")
-    ing = ingest.FileIngestor(small, log, "r", chunk_bytes=4096, overlap=True)
-    while ing.poll().lines:
-        pass
-    ing.close()
+    drain(small, log, chunk_bytes=4096, overlap=True)
     assert _dump(whole) == _dump(small)
     follow = tmp_path / "follow.log"
     fdb = tmp_path / "follow.duckdb"

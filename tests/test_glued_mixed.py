@@ -68,16 +68,7 @@ def _other(rng: random.Random) -> list[cc.Base]:
 
 
 def _other_case(rng: random.Random, cls: str) -> cc.Case:
-    while True:
-        base = rng.choice(_other(rng))
-        if cls == "plain":
-            return cc.Case(cls, base.text, base)
-        if cls == "pylogging" and not base.sglang:
-            continue
-        case = cc.capture(cls, rng, base)
-        if cls == "pylogging" and case.parts.get("timestamp") is None:
-            continue
-        return case
+    return cc.case_of(rng, cls, lambda: _other(rng))
 
 
 ORDERS = ["MN", "MNN", "NM", "NNM", "MNM", "NMN", "MMN", "NMM", "NMNM", "MNNM"]

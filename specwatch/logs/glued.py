@@ -79,12 +79,6 @@ class Piece:
     result: parse.Record | parse.Rejected
 
 
-def several(line: str) -> bool:
-    """Does `line` hold two or more metric headers? (A record's message never holds another's.)"""
-    first = _HEADER.search(line)
-    return first is not None and _HEADER.search(line, first.end()) is not None
-
-
 def candidate(line: str) -> bool:
     """Might `line` hold several records (two metric headers, or a record of no metric kind glued
     before or after its one)? False for nearly every line, cheaply: then `split` cuts nothing and

@@ -7,6 +7,7 @@ Used by tests/test_capture.py and benchmarks/bench_capture_recall.py.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import string
@@ -236,6 +237,35 @@ def capture(cls: str, rng: random.Random, base: Base) -> Case:
         path, n, svc = _path(rng), rng.randint(1, 99999), _name(rng) + "-1"
         p = f"{path}:{n}:{svc}  | "
         return Case(cls, p + line, base, dict(line_prefix=p, src_path=path, src_line=n, service=svc))
+    if cls == "journald_json":
+        # `journalctl -o json`: read as `journalctl -o short-iso-precise` prints the entry, in UTC
+        us = rng.randint(17 * 10 ** 14, 18 * 10 ** 14)
+        t = dt.datetime.fromtimestamp(us // 10 ** 6, dt.timezone.utc)
+        ts = f"{t:%Y-%m-%dT%H:%M:%S}.{us % 10 ** 6:06d}+0000"
+        host, unit, pid = f"{_name(rng)}{rng.randint(1, 99)}", rng.choice(
+            ["sglang", "vllm", "python3", "serve"]), rng.randint(2, 4 * 10 ** 6)
+        entry = {"__CURSOR": f"s={rng.getrandbits(64):x};i={rng.randint(1, 10 ** 6):x}",
+                 "__REALTIME_TIMESTAMP": str(us), "__MONOTONIC_TIMESTAMP": str(rng.randint(1, 10 ** 12)),
+                 "PRIORITY": "6", "_HOSTNAME": host, "SYSLOG_IDENTIFIER": unit, "_PID": str(pid),
+                 "_COMM": unit, "MESSAGE": line}
+        keys = list(entry)
+        rng.shuffle(keys)
+        if rng.random() < 0.3:   # journald's own order: cursor and timestamps first
+            keys = list(entry)
+        return Case(cls, json.dumps({k: entry[k] for k in keys}, separators=(",", ":")), base,
+                    dict(line_prefix=f"{ts} {host} {unit}[{pid}]: ", outer_ts=ts, host=host,
+                         unit=unit, unit_pid=pid))
+    if cls == "wrapper":
+        # a launcher or supervisor that logs each line of its child with a record of its own,
+        # whose message introduces the child's line (`... INFO sglang stdout: [ts TP0] ...`)
+        ts, _ = _ts(rng)
+        name, lvl = _name(rng), rng.choice(LEVELS)
+        what = rng.choice(["stdout", "stderr", "output", "[server]", "log"])
+        p = rng.choice([f"{ts},{rng.randint(0, 999):03d} {lvl} {name} {what}: ",
+                        f"[{ts}] [{lvl}] {name}: ",
+                        f"{ts} - {name} - {lvl} - {what}: ",
+                        f"{lvl} {ts} {name}: "])
+        return Case(cls, p + line, base, dict(line_prefix=p))
     if cls == "unknown":
         p = rng.choice(["> ", ">>> ", "* ", "1. ", "[step 3/9] ", "#12 ", "$ ", "Output: ",
                         "\u2502 ", "\U0001F680 ", "  > ", "(2) "])
@@ -245,7 +275,7 @@ def capture(cls: str, rng: random.Random, base: Base) -> Case:
 
 CLASSES = ("compose", "compose_timestamps", "swarm", "kubectl", "journald", "pylogging", "grep",
            "fileref", "markdown_code", "markdown_table", "docker_json", "cri", "grep_compose",
-           "unknown")
+           "journald_json", "wrapper", "unknown")
 
 
 def case_of(rng: random.Random, cls: str, pool) -> Case:

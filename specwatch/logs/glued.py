@@ -20,6 +20,9 @@ a known log-record start begins after the end of a complete message:
   of its own would (cut off, the next line may continue it);
 - no piece holds a log-record start after its header (text of no metric kind glued in, e.g.
   `[ts] Cache flushed: 3` after a decode window, would otherwise become a field of the record).
+A record of no metric kind whose message ends in `:` is never cut off the metric record after
+it: it introduces it (`... INFO sglang stdout: [ts TP0] Decode batch, ...`, a wrapper that logs a
+child's output), and is kept as that record's prefix.
 Where several places qualify, the latest (closest to the next header) is the cut: typed values are
 strict, so only digits glued to a number could read two ways (`#queue-req: 37 [ts]` is 37, not 3
 and a thread id 7 of a logging format). Anything else (no such place, a markdown table row,
@@ -135,6 +138,13 @@ def split(line: str, parse_line: Callable = parse.parse_line) -> list[Piece] | N
             break
         j, k = c
         if not _complete_text(line[at:j], j - msg, parse_line):
+            return None
+        if k is None and line[msg:j].rstrip().endswith(":"):
+            # a message that ends in `:` right before a metric record introduces it: a wrapper
+            # that logs its child's lines (`2026-06-07 10:59:31,659 INFO sglang stdout: [ts TP0]
+            # Decode batch, ...`: a launcher, a supervisor) puts a record of its own before each;
+            # that record is the line's prefix (`Traceback (most recent call last):` before
+            # another record of no metric kind is cut as any)
             return None
         cuts.append((at, None))
         if k is None:

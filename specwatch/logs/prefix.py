@@ -22,6 +22,7 @@ Not for: the message itself (see `parse`).
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from dataclasses import dataclass, field
@@ -159,13 +160,15 @@ def clean(line: str) -> str:
 
 
 def unjson(line: str) -> str:
-    """docker's json-file driver (`/var/lib/docker/containers/*/*-json.log`) writes
+    """journald's JSON export (`_journal_json`), and docker's json-file driver (`/var/lib/docker/containers/*/*-json.log`) writes
     `{"log":"msg\\n","stream":"stderr","time":"2026-...Z"}`: -> `2026-...Z stderr F msg` (P when
     the piece has no newline: docker split a message longer than 16 KiB). Other lines unchanged."""
     try:
         d = json.loads(line)
     except ValueError:
         return line
+    if isinstance(d, dict) and "MESSAGE" in d and "log" not in d:
+        return _journal_json(d, line)
     if not isinstance(d, dict) or not isinstance(d.get("log"), str):
         return line
     msg = d["log"]
@@ -176,6 +179,31 @@ def unjson(line: str) -> str:
             stream in ("stdout", "stderr"):
         return f"{t} {stream} {'F' if whole else 'P'} {msg}"
     return msg
+
+
+def _journal_json(d: dict, line: str) -> str:
+    """`journalctl -o json` (one entry a line, every field a string; MESSAGE a list of byte values
+    when it is not UTF-8) -> the entry as `journalctl -o short-iso-precise` prints it, in UTC:
+    `2026-06-07T10:59:31.659000+0000 host unit[pid]: msg` (the parts `_JOURNALD` reads; without a
+    host or unit, `TS msg`; without a time, `msg`). Other JSON lines unchanged."""
+    msg = d["MESSAGE"]
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        msg = bytes(msg).decode("utf-8", "replace")
+    if not isinstance(msg, str):
+        return line
+    msg = msg.rstrip("\r\n")
+    us = d.get("__REALTIME_TIMESTAMP")
+    if not (isinstance(us, str) and us.isdigit()):
+        return msg
+    t = dt.datetime.fromtimestamp(int(us) // 10**6, dt.timezone.utc)
+    ts = f"{t:%Y-%m-%dT%H:%M:%S}.{int(us) % 10**6:06d}+0000"
+    host, unit = d.get("_HOSTNAME"), d.get("SYSLOG_IDENTIFIER") or d.get("_COMM")
+    pid = d.get("SYSLOG_PID") or d.get("_PID")
+    if not (isinstance(host, str) and isinstance(unit, str) and host and unit
+            and _JOURNALD.fullmatch(f"{ts} {host} {unit}: ")):
+        return f"{ts} {msg}"
+    tag = f"[{pid}]" if isinstance(pid, str) and pid.isdigit() else ""
+    return f"{ts} {host} {unit}{tag}: {msg}"
 
 
 def unquote(line: str, anchor: str) -> tuple[str, Prefix | None]:

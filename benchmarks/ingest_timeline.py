@@ -33,7 +33,7 @@ from specwatch import startup  # noqa: E402
 
 startup.skip_pandas_probe()
 from specwatch.db import store, summaries  # noqa: E402
-from specwatch.logs import bulk, ingest  # noqa: E402
+from specwatch.logs import bulk, fastscan, ingest  # noqa: E402
 
 EVENTS: list[tuple[float, float, str, str]] = []
 
@@ -66,6 +66,9 @@ def main() -> None:
     wrap(ingest.FileIngestor, "_read", "read+scan")
     wrap(ingest.FileIngestor, "_commit", "commit chunk")
     wrap(ingest, "parse_chunk")
+    wrap(fastscan, "scan", "C scan")
+    wrap(fastscan, "_copy_piece", "copy piece")
+    wrap(store, "one_table")
     wrap(store, "insert", "insert")
     wrap(summaries, "fold_delta", "fold (numpy)")
     wrap(summaries, "merge_delta")

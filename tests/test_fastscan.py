@@ -221,3 +221,35 @@ def test_a_key_with_a_bracket_is_another_record_for_python(glued):
     # a key without one is still the scanner's own (an extra field, kept in `fields`)
     sr = fastscan.scan((head + "cache hit: 3\n" + plain + plain).encode(), 0, 0)
     assert sr.decode["line_no"].to_pylist() == [1, 2]
+
+
+@pytest.mark.parametrize("with_c", [True, False])
+def test_read_buffers_are_sized_reused_and_never_resized_while_exported(with_c, monkeypatch):
+    """bulk.Buffers hands out read buffers of exactly the size asked, without writing their bytes
+    where the C module is built (its new_buffer/resize_buffer), reuses given-back ones, and never
+    resizes one still exported (a memoryview of a chunk's data alive elsewhere)."""
+    from specwatch.logs import bulk
+    if not with_c:
+        monkeypatch.setattr(fastscan, "_fastscan", None)
+    elif not fastscan.available():
+        pytest.skip("C accelerator not built")
+    bufs = bulk.Buffers(1 << 20, reuse=True)
+    a = bufs.read_buffer(1000)
+    assert type(a) is bytearray and len(a) == 1000
+    a[:] = b"x" * 1000
+    bufs.give_back(a, None)
+    b = bufs.read_buffer(5000)              # grown in place: the same object
+    assert b is a and len(b) == 5000 and bytes(b[:1000]) == b"x" * 1000
+    bufs.give_back(b, None)
+    c = bufs.read_buffer(10)
+    assert c is a and bytes(c) == b"x" * 10
+    view = memoryview(c)                    # exported: cannot be resized, so not handed out
+    bufs.give_back(c, None)
+    d = bufs.read_buffer(20)
+    assert d is not c and len(d) == 20 and len(c) == 10
+    view.release()
+    with pytest.raises(BufferError):
+        with memoryview(d):
+            fastscan.resize_buffer(d, 30)
+    with pytest.raises((ValueError, TypeError)):
+        fastscan.new_buffer(-1)

@@ -259,6 +259,23 @@ class _Counts(NamedTuple):
     lines: int
 
 
+def new_buffer(n: int) -> bytearray:
+    """A bytearray of `n` bytes to read into: contents not set where the C module is built
+    (`bytearray(n)` writes n zeros holding the GIL; the reader fills it anyway)."""
+    return _fastscan.new_buffer(n) if _fastscan is not None else bytearray(n)
+
+
+def resize_buffer(buf: bytearray, n: int) -> None:
+    """`buf` to `n` bytes in place, the bytes it gains not set (zeros without the C module);
+    BufferError while it is exported."""
+    if _fastscan is not None:
+        _fastscan.resize_buffer(buf, n)
+    elif len(buf) > n:
+        del buf[n:]
+    else:
+        buf.extend(bytes(n - len(buf)))
+
+
 def scan_threads() -> int:
     """Threads one chunk is scanned on: env SPECWATCH_SCAN_THREADS (1-256), else half the CPUs
     this process may run on, 1-8 (the other half inserts the previous chunk: DuckDB stores a

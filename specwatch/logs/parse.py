@@ -242,9 +242,10 @@ def _expand_ranges(fmt: _formats.LineFormat, fields: dict) -> dict:
     return out
 
 
-def _well_formed(rec: Record) -> bool:
-    """A complete message: for a line whose capture prefix has no known shape (prose, code and
-    table text that only quote a metric are not metric lines)."""
+def well_formed(rec: Record) -> bool:
+    """A complete message, whatever its prefix: for a line whose capture prefix has no known
+    shape (prose, code and table text that only quote a metric are not metric lines), and for
+    the pieces `glued` cuts a line into."""
     if rec.kind in CONFIG_KINDS or rec.kind == "simulated":
         return True
     fmt = FORMATS.lines.get(rec.kind)
@@ -391,11 +392,6 @@ def message_prefix(text: str, at: int, anchor: str) -> prefix.Prefix:
     return _at_message_start(text, at, anchor)[0]
 
 
-def well_formed(rec: Record) -> bool:
-    """A complete message, whatever its prefix: see `_well_formed`."""
-    return _well_formed(rec)
-
-
 def parse_line(line: str) -> Record | Rejected | None:
     """Parse one line (with or without its newline). None means: not a line specwatch stores."""
     if _ANY_HEADER.search(line) is None:
@@ -466,7 +462,7 @@ def parse_line(line: str) -> Record | Rejected | None:
         # text of no known shape before the message: only a complete, well-formed message counts
         # (never one quoted in source code or a traceback, nor one after another header: glued
         # records are not stored, as after a known prefix)
-        if isinstance(res, Record) and not p.code and _well_formed(res) and \
+        if isinstance(res, Record) and not p.code and well_formed(res) and \
                 not _ANY_HEADER.search(p.line_prefix or ""):
             return res
         if isinstance(res, Rejected) and res.reason.startswith("another log line is pasted"):

@@ -160,9 +160,11 @@ def clean(line: str) -> str:
 
 
 def unjson(line: str) -> str:
-    """journald's JSON export (`_journal_json`), and docker's json-file driver (`/var/lib/docker/containers/*/*-json.log`) writes
+    """A JSON log line -> the line as its capture path prints it as text. docker's json-file
+    driver (`/var/lib/docker/containers/*/*-json.log`) writes
     `{"log":"msg\\n","stream":"stderr","time":"2026-...Z"}`: -> `2026-...Z stderr F msg` (P when
-    the piece has no newline: docker split a message longer than 16 KiB). Other lines unchanged."""
+    the piece has no newline: docker split a message longer than 16 KiB); `journalctl -o json`:
+    see `_journal_json`. Other lines unchanged."""
     try:
         d = json.loads(line)
     except ValueError:

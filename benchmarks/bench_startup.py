@@ -10,21 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import ROOT, commit, generate  # noqa: E402
-
-
-def wall(cmd: list[str], env=None) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                   cwd=ROOT)
-    return time.perf_counter() - t0
+from bench_ingest import ROOT, commit, generate, run_measured  # noqa: E402
 
 
 def main() -> None:
@@ -45,7 +36,7 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in steps}
         for i in range(args.repeats):
             for name, cmd in steps.items():
-                times[name].append(wall(cmd(i)))
+                times[name].append(run_measured(cmd(i), cwd=ROOT)[0])
     print(f"commit {commit()}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs "
           f"(this host), no weights; Python {sys.version.split()[0]}")
     print(f"{'step':<22} {'median_s':>9} {'min_s':>7} {'max_s':>7}")

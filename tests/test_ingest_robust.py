@@ -132,6 +132,33 @@ def test_a_value_the_store_refuses_falls_back_line_by_line(tmp_path, db, monkeyp
     assert res[0].rejected == len(rejected(db))
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["follower", "one-shot"])
+@pytest.mark.parametrize("fast", ["1", "0"], ids=["fast-path", "python-path"])
+def test_a_record_held_before_a_line_longer_than_a_chunk_is_read_on(tmp_path, db, overlap, fast):
+    # A metric record is held until the next line shows whether it continues it. When that line
+    # is longer than what the chunk has left, the chunk holds only the record; reading on must
+    # read further each time (it read 2x the record's length, less than before, and spun
+    # forever on the same bytes). In a process of its own: a regression hangs, not the suite.
+    log = tmp_path / "server.log"
+    long = "x" * 9000
+    lines = [OK.format(s=1, r=0, n=3), long, OK.format(s=2, r=0, n=4), "y" * 5000,
+             OK.format(s=3, r=1, n=5), "short", long, OK.format(s=4, r=0, n=6)]
+    log.write_text("\n".join(lines) + "\n")
+    code = ("import sys; from specwatch.logs import ingest\n"
+            "ing = ingest.FileIngestor(sys.argv[1], sys.argv[2], 'r', chunk_bytes=4096, "
+            "overlap=sys.argv[3] == '1')\n"
+            "while ing.poll().lines: pass\n"
+            "ing.close()\n")
+    import subprocess
+    import sys
+    env = {**os.environ, "SPECWATCH_NO_FASTSCAN": "0" if fast == "1" else "1"}
+    ingest.ensure_run(db, "r")
+    p = subprocess.run([sys.executable, "-c", code, str(db), str(log), "1" if overlap else "0"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert decode_lines(db) == [1, 3, 5, 8]
+
+
 def test_the_ingestor_tail_uses_follows_past_bad_lines(tmp_path, db):
     log = tmp_path / "server.log"
     ing = ingest.FileIngestor(db, log, "r")

@@ -19,6 +19,7 @@ Leaf below store: imports only views and schema.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -227,10 +228,16 @@ def fold_delta(reads: FoldReads, tables: list) -> pa.Table | None:
     """The rows `_aggregate(..., only_from=True)` gives over the scoped windows of the source at
     offsets >= the fold's (`tables`) and their predecessors (`reads`), as Arrow; None when there
     are none. Mirrors views.scoped_windows_sql step by step. Touches no connection."""
+    return _fold(reads, tables)[0]
+
+
+def _fold(reads: FoldReads, tables: list) -> tuple[pa.Table | None, list | None]:
+    """`fold_delta`, and the predecessors of windows that follow `tables` (`FoldReads.pred`: the
+    last window of every partition, new or stored; None when the fold read no window)."""
     tables = [t for t in tables if t.num_rows]
     ranges, source_id = reads.ranges, reads.source_id
     if not tables or not ranges:
-        return None
+        return None, None
     cols = {name: [c for t in tables for c in t.column(name).chunks] for name in _WINDOW_COLS}
     n_pred = len(reads.pred)
     if n_pred:
@@ -269,7 +276,7 @@ def fold_delta(reads: FoldReads, tables: list) -> pa.Table | None:
             o = np.lexsort((off[idx], run_code))
             idx, run_code = idx[o], run_code[o]
         if not len(idx):
-            return None
+            return None, None
 
     def at(a: np.ndarray) -> np.ndarray:
         return a if idx is None else a[idx]
@@ -364,7 +371,62 @@ def fold_delta(reads: FoldReads, tables: list) -> pa.Table | None:
     out["first_graph"] = pa.array(gr[head], pa.bool_(), mask=~mm)
     out = {c: out[c] for c in _COLS}
     tbl = pa.table(out)
-    return tbl.filter(pa.array(windows_all > 0)) if (windows_all == 0).any() else tbl
+    # each partition's last window (a stored predecessor where it got no new one)
+    last = order[ends - 1]
+    cols_last = [at(v["byte_offset"][0])[last]] + [
+        np.where(at(v[k][1])[last], at(v[k][0])[last].astype(np.int64), _NULL_KEY)
+        for k in ("ts", "dp_rank", "pp_rank")]
+    lasts = sorted({(int(o), *(None if x == _NULL_KEY else int(x) for x in rest))
+                    for o, *rest in zip(*cols_last)})
+    return (tbl.filter(pa.array(windows_all > 0)) if (windows_all == 0).any() else tbl), lasts
+
+
+class FoldChain:
+    """`fold_delta` over successive pieces of one source, none of them stored yet (a one-shot
+    ingest streams a file's windows into one INSERT, `store.append_stream_with_checkpoint`): each
+    piece's fold reads its predecessors from the fold before it instead of the store, and the
+    server_args offsets of the pieces so far beside the stored ones. Folds run in order on a
+    thread of their own; `deltas()` are merged (`merge_delta`) in that order, which sums what a
+    commit per piece would have."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, source_id: str, from_offset: int):
+        self.reads = fold_reads(con, source_id, from_offset)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="specwatch-fold")
+        self._futures: list = []
+
+    def add(self, windows: list[pa.Table], server_configs: list) -> None:
+        """Fold `windows` (the next piece's decode windows, Arrow tables) after the pieces added
+        before; `server_configs`: that piece's server_configs rows (column lists or Arrow
+        tables)."""
+        cfg = _server_args_offsets(server_configs)
+        self._futures.append(self._pool.submit(self._step, windows, cfg))
+
+    def _step(self, windows: list[pa.Table], cfg: np.ndarray) -> pa.Table | None:
+        if len(cfg) and self.reads.ranges:
+            self.reads.cfg = np.concatenate([self.reads.cfg, cfg])
+        delta, lasts = _fold(self.reads, windows)
+        if lasts is not None:
+            self.reads.pred = lasts
+        return delta
+
+    def deltas(self) -> list[pa.Table | None]:
+        """Every piece's delta, in order (waits for the folds)."""
+        return [f.result() for f in self._futures]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _server_args_offsets(parts: list) -> np.ndarray:
+    """Sorted byte offsets of the server_args rows (config_kind NULL or 'server_args') among
+    server_configs parts (column lists or Arrow tables), as `fold_reads` selects them."""
+    offs = []
+    for p in parts if isinstance(parts, list) else [parts]:
+        cols = p.to_pydict() if isinstance(p, pa.Table) else p
+        offs += [o for o, k in zip(cols["byte_offset"], cols.get("config_kind") or
+                                   [None] * len(cols["byte_offset"]))
+                 if k is None or k == "server_args"]
+    return np.sort(np.array(offs, np.int64))
 
 
 def _merge_delta(con: duckdb.DuckDBPyConnection) -> None:

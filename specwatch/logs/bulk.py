@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import sys
 import time
 from pathlib import Path
@@ -121,3 +122,38 @@ class Buffers:
             self._read.append(data)
         if scanned is not None and len(self._scan) < 2:
             self._scan.append(scanned)
+
+
+READ_PART_BYTES = 16 << 20   # a chunk is read in parts of at least this many bytes at once
+
+
+def pread_into(fd: int, buf: bytearray, offset: int, threads: int) -> int:
+    """Read len(buf) bytes of `fd` from `offset` into `buf`, in parts on up to `threads` threads
+    of the scanner's pool (`os.preadv` releases the GIL). Returns the bytes read from the start
+    of `buf` on (fewer at the end of the file). One `preadv` of a 256 MB chunk took 0.16-0.22 s
+    on a 16-CPU host, the scan of that chunk waiting for it."""
+    n = len(buf)
+    parts = max(1, min(threads, n // READ_PART_BYTES))
+    if parts == 1:
+        return _pread_full(fd, buf, 0, n, offset)
+    cuts = [n * i // parts for i in range(parts + 1)]
+    got = list(fastscan.pool(parts).map(
+        lambda i: _pread_full(fd, buf, cuts[i], cuts[i + 1], offset + cuts[i]), range(parts)))
+    total = 0
+    for (a, b), g in zip(zip(cuts, cuts[1:]), got):
+        total += g
+        if g < b - a:   # the end of the file: what follows was not read
+            break
+    return total
+
+
+def _pread_full(fd: int, buf: bytearray, a: int, b: int, at: int) -> int:
+    """Fill buf[a:b] from `fd` at `at` (a short read is retried); the bytes read."""
+    done = 0
+    with memoryview(buf) as whole, whole[a:b] as view:
+        while done < b - a:
+            got = os.preadv(fd, [view[done:]], at + done)
+            if not got:
+                break
+            done += got
+    return done

@@ -297,6 +297,12 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def pool(n: int) -> ThreadPoolExecutor:
+    """The scanner's thread pool, with at least `n` threads (a bulk ingest also reads a chunk's
+    parts on it, `bulk.pread_into`)."""
+    return _pool(n)
+
+
 def _pool(n: int) -> ThreadPoolExecutor:
     with _POOL_LOCK:
         if _POOL[1] < n:

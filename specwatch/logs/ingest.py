@@ -178,10 +178,10 @@ class FileIngestor:
             return
         pool = ThreadPoolExecutor(1)
         placeholder = schema.Source(source_id=_PREFETCH_ID, path=self.path)
-        # half a chunk: about one row group of decode windows, so that the first insert starts
-        # soon after the setup (the next chunk is scanned meanwhile)
+        # an eighth of a chunk (the next ones twice as large each, `_stream`): DuckDB starts
+        # storing soon after the setup
         self._prefetch = (pool.submit(self._read, placeholder, 0, 0, end, False,
-                                      self.chunk_bytes // 2), pool, end)
+                                      self.chunk_bytes // 8), pool, end)
 
     def _prefetched(self, src: schema.Source, end: int) -> _Chunk | None:
         """The chunk `prefetch` read, when it is the start of `src` as the file is now."""
@@ -273,7 +273,8 @@ class FileIngestor:
         want = want or self.chunk_bytes
         while True:
             data = self._bufs.read_buffer(min(want, end - offset))
-            got = os.preadv(fd, [data], offset)
+            got = (bulk.pread_into(fd, data, offset, fastscan.scan_threads()) if self.overlap
+                   else os.preadv(fd, [data], offset))
             if got < len(data):
                 del data[got:]
             cut = data.rfind(b"\n")
@@ -307,7 +308,8 @@ class FileIngestor:
             notes = IngestResult(self.path)
             batches = Batches()
             parse_chunk(data, src.source_id, self.path, offset, lines_done, batches, notes,
-                        final=final, align=0 if read_to_end else self.align_rows,
+                        # (a one-shot ingest streams a file into one INSERT: nothing to align)
+                        final=final, align=0 if read_to_end or self.overlap else self.align_rows,
                         buffers=self._bufs.scan_buffers(), last_ts=self._last_ts)
             if batches.aligned:
                 self._row_bytes = batches.consumed / batches.aligned
@@ -319,7 +321,8 @@ class FileIngestor:
                 if self._quiet_at is None or self._quiet_at[:2] != (offset, end):
                     self._quiet_at = (offset, end, time.monotonic())
                 return None
-            want = len(data) * 2   # a held record as long as the chunk: read on to see its end
+            # a held record as long as what was read: read on (twice as far) to see its end
+            want = max(want, len(data)) * 2
 
     def _reuse(self, chunk: _Chunk) -> None:
         """`chunk` is stored (or dropped): a bulk ingest reads and scans into its buffers again."""
@@ -361,6 +364,17 @@ class FileIngestor:
         try:
             nxt = self._prefetched(src, end) or self._read(src, src.offset_bytes, src.lines_done,
                                                            end)
+            streamed = self.overlap
+            while nxt is not None and streamed:
+                try:
+                    nxt = self._stream(src, nxt, end, pool, result)
+                except _DATA_ERRORS:
+                    # a value the store refused: everything since the checkpoint again, a chunk
+                    # at a time, storing every other line (`_commit`)
+                    streamed = False
+                    nxt = self._read(src, src.offset_bytes, src.lines_done, end)
+                if self._src is None:
+                    return result   # the file or the checkpoint changed under us
             while nxt is not None:
                 chunk, ahead = nxt, None
                 if pool is not None and chunk.end < end:
@@ -386,6 +400,92 @@ class FileIngestor:
                 self._hold.release()
             self._hold = None
         return result
+
+    def _stream(self, src: schema.Source, first: _Chunk, end: int, pool: ThreadPoolExecutor,
+                result: IngestResult) -> _Chunk | None:
+        """Store `first` and the chunks after it in one transaction (`store.
+        append_stream_with_checkpoint`: their decode windows in one INSERT), each next chunk read
+        and scanned on `pool` while DuckDB stores the ones before. Ends at the end of the file,
+        or after the chunk that took the writer past BULK_HOLD_S (readers and `tail` get the file
+        in between; the chunk already read then comes back to be stored next). None when done,
+        or when the file or the checkpoint changed under us (then `_src` is None)."""
+        start = time.monotonic()
+        done: list[tuple[_Chunk, bytes]] = []   # chunks handed to the store, with their tails
+        rest: list[_Chunk | None] = [None]      # the chunk read but not stored
+
+        # the file's last chunk is read small, so that little is left to store once it is
+        # scanned: the other tables' rows are stored while it is read (`Piece.flush_after`)
+        small = self.chunk_bytes // 8
+
+        def pieces():
+            chunk, tail, ahead = first, self._tail_bytes, None
+            try:
+                while chunk is not None:
+                    if chunk.changed or chunk.offset != (done[-1][0].end if done else
+                                                         src.offset_bytes):
+                        self._src = None   # replaced while read: identified again next time
+                        return
+                    left, last_next = end - chunk.end, False
+                    if left > 0:
+                        # twice the last chunk, up to chunk_bytes: DuckDB gets rows soon after
+                        # the start, and whole chunks once it is busy
+                        full = min(self.chunk_bytes, 2 * (chunk.end - chunk.offset))
+                        want = (full if left > full + small
+                                else left - small if left > 2 * small else left)
+                        last_next = want == left
+                        ahead = pool.submit(self._read, src, chunk.end,
+                                            chunk.lines_done + chunk.batches.lines, end, True,
+                                            want)
+                    data = memoryview(chunk.data)[:chunk.end - chunk.offset]
+                    if src.fingerprint_len < FP_LEN:
+                        head = os.pread(self._fh.fileno(), min(FP_LEN, chunk.end), 0)
+                        src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
+                    # what was read, not the file again (see _commit)
+                    tail = bytes(data[-FP_LEN:]) if len(data) >= FP_LEN else \
+                        (tail + data)[-FP_LEN:]
+                    data.release()
+                    src.tail_fingerprint = _fingerprint(tail)
+                    done.append((chunk, tail))
+                    yield store.Piece(chunk.batches.all(), chunk.end,
+                                      chunk.lines_done + chunk.batches.lines,
+                                      flush_after=last_next)
+                    # its rows are in the store's hands now; the read buffer is free (the rows
+                    # are copies or views of the scanner's buffers, which are not reused here)
+                    chunk.size = chunk.end - chunk.offset
+                    self._bufs.give_back(chunk.data, None)
+                    chunk.data, chunk.batches = b"", Batches()
+                    chunk, ahead = (ahead.result() if ahead is not None else None), None
+                    if chunk is not None and time.monotonic() - start > BULK_HOLD_S:
+                        rest[0] = chunk
+                        return
+            finally:
+                if ahead is not None:   # abandoned (an error): let the read finish first
+                    try:
+                        ahead.result()
+                    except Exception:  # noqa: BLE001 - read again by whoever goes on
+                        pass
+
+        attach = self.run_id if src.source_id not in self._attached else None
+        try:
+            with bulk.writer(self.db, self._hold) as con:
+                rows, last = store.append_stream_with_checkpoint(
+                    con, src, src.offset_bytes, pieces(), run_id=attach)
+        except store.CheckpointMoved:
+            self._src = None   # someone else stored this range first: re-read our position
+            return None
+        if last is None:
+            return rest[0]
+        for chunk, _ in done:
+            result.rejected += chunk.notes.rejected
+            result.warnings.extend(chunk.notes.warnings)
+        result.rows += rows
+        result.lines += last.lines_done - src.lines_done
+        result.bytes_read += last.offset - src.offset_bytes
+        if attach:
+            self._attached.add(src.source_id)
+        src.offset_bytes, src.lines_done = last.offset, last.lines_done
+        self._tail_bytes = done[-1][1]
+        return rest[0]
 
     def _commit(self, src: schema.Source, chunk: _Chunk, result: IngestResult) -> bool:
         """Store `chunk` with the checkpoint after it; False when the file or the checkpoint

@@ -1,7 +1,8 @@
 """Where one `specwatch ingest` spends its wall time: the same call as the command
 (`ingest.ingest_paths` on a new database), with the start and end of each stage printed in
 seconds since the interpreter started, per thread: imports, run setup, source identification,
-each chunk's read+scan, insert, run-sum fold and commit, the writer's close (checkpoint).
+each chunk's read+scan, each transaction (streamed: several chunks, their decode windows in one
+INSERT; else one chunk each), insert, run-sum fold and merge, the writer's close (checkpoint).
 Measuring only: the stages are wrapped, not changed.
 
     python benchmarks/ingest_timeline.py LOG [--db NEW.duckdb]
@@ -32,7 +33,7 @@ import threading  # noqa: E402
 from specwatch import startup  # noqa: E402
 
 startup.skip_pandas_probe()
-from specwatch.db import store, summaries  # noqa: E402
+from specwatch.db import store, stream, summaries  # noqa: E402
 from specwatch.logs import bulk, fastscan, ingest  # noqa: E402
 
 EVENTS: list[tuple[float, float, str, str]] = []
@@ -70,8 +71,12 @@ def main() -> None:
     wrap(fastscan, "_copy_piece", "copy piece")
     wrap(store, "one_table")
     wrap(store, "insert", "insert")
-    wrap(summaries, "fold_delta", "fold (numpy)")
+    wrap(summaries, "_fold", "fold (numpy)")
     wrap(summaries, "merge_delta")
+    wrap(summaries, "merge_deltas")
+    wrap(stream, "append_stream_with_checkpoint", "transaction (streamed)")
+    wrap(stream._WindowStream, "_advance", "next piece (waits for its read+scan)")
+    wrap(bulk, "pread_into", "read")
     wrap(bulk.WriterHold, "release", "writer close")
     wrap(store, "connect", "connect")
     db = args.db or os.path.join(tempfile.mkdtemp(), "timeline.duckdb")

@@ -86,9 +86,9 @@ def parse_cmd(files, fmt, all_kinds):
 
     Example: specwatch parse server.log --format jsonl | head
     """
-    from specwatch.logs import ingest, parse, reassemble
+    from specwatch.logs import logfile, parse, reassemble
 
-    paths, problems = ingest.expand_paths(list(files))
+    paths, problems = logfile.expand_paths(list(files))
     for p in problems:
         click.echo(f"specwatch parse: {p}", err=True)
     read_any = False

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import ROOT, SAMPLES, assert_rows_close, drain
 from specwatch.logs import fastscan, ingest
-from specwatch.db import schema, store, summaries
+from specwatch.db import schema, store, stream, summaries
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_ingest import generate  # noqa: E402
@@ -169,6 +169,85 @@ def test_numpy_fold_equals_sql_fold_chunk_by_chunk(tmp_path, monkeypatch, seed):
         count(DISTINCT run_id) FROM run_window_sums""").fetchone()
     con.close()
     assert got[0] >= 2 and got[1] >= 1 and got[2] >= 1 and got[3] > 10 and got[4] >= 2, got
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_streamed_pieces_fold_equals_sql_fold(tmp_path, monkeypatch, seed):
+    """Several pieces per transaction (`stream.append_stream_with_checkpoint`, a one-shot
+    ingest's path): each piece's numpy fold reads its predecessors and server configs from the
+    pieces before it, none stored yet, and the deltas are merged as one. Equals the SQL fold over
+    the stored windows at each transaction's end (the definition), transaction after transaction,
+    with runs rescoped between them and some statements cut (`flush_after`)."""
+    rng = random.Random(seed)
+    dbs = {"fast": tmp_path / "fast.duckdb", "sql": tmp_path / "sql.duckdb"}
+    srcs = {m: schema.Source(source_id="s1", path="/x.log", device=1, inode=1, fingerprint="f",
+                             fingerprint_len=1024, offset_bytes=0, lines_done=0, first_seen=None,
+                             updated_at=None, tail_fingerprint="t") for m in dbs}
+    t = [dt.datetime(2026, 3, 1, 12) if seed != 2 else dt.datetime(1969, 12, 31, 0, 0)]
+    offset, lines = 0, 0
+    for db in dbs.values():
+        with store.writer(db) as con:
+            for rid in ("r1", "r2", "r3", "r4"):
+                store.upsert_run(con, {"run_id": rid, "run_name": rid, "origin": "ingest"})
+    for k in range(6):
+        pieces, start = [], offset
+        for _ in range(rng.choice([1, 2, 3, 5])):
+            batches, end = _chunk(rng, offset, rng.choice([0, 1, 40, 400, 1500]), t, "s1")
+            lines += 1
+            pieces.append(stream.Piece({**batches, "decode_windows": _split(
+                rng, batches["decode_windows"])}, end, lines, flush_after=rng.random() < 0.3))
+            offset = end
+        if k and rng.random() < 0.5:
+            for db in dbs.values():
+                with store.writer(db) as con:
+                    _rescope(con, random.Random(seed * 100 + k), "s1", start)
+        for mode, db in dbs.items():
+            if mode == "sql":
+                monkeypatch.setenv("SPECWATCH_SQL_FOLD", "1")
+            with store.writer(db) as con:
+                n, last = stream.append_stream_with_checkpoint(
+                    con, srcs[mode], start, iter(pieces), run_id="r1" if k == 0 else None)
+            monkeypatch.delenv("SPECWATCH_SQL_FOLD", raising=False)
+            assert last is pieces[-1]
+            srcs[mode].offset_bytes = last.offset
+        assert_same_sums(sums(dbs["fast"]), sums(dbs["sql"]))
+    assert len(sums(dbs["fast"])) >= 4
+    for db in dbs.values():
+        assert_fresh(db)
+        con = duckdb.connect(str(db), read_only=True)
+        assert con.execute("SELECT offset_bytes, lines_done FROM sources").fetchall() == \
+            [(offset, lines)]
+        con.close()
+
+
+def test_a_failing_piece_stores_nothing_of_its_transaction(tmp_path):
+    """What the pieces' iterator raises (a read error mid-file) is raised as it is, and the
+    transaction's earlier pieces, checkpoint and sums are rolled back."""
+    db = tmp_path / "s.duckdb"
+    src = schema.Source(source_id="s1", path="/x.log", device=1, inode=1, fingerprint="f",
+                        fingerprint_len=1024, offset_bytes=0, lines_done=0, first_seen=None,
+                        updated_at=None, tail_fingerprint="t")
+    rng = random.Random(5)
+    t = [dt.datetime(2026, 3, 1, 12)]
+    first, end = _chunk(rng, 0, 300, t, "s1")
+    with store.writer(db) as con:
+        store.upsert_run(con, {"run_id": "r1", "run_name": "r1", "origin": "ingest"})
+        store.append_with_checkpoint(con, src, 0, end, 1, first, run_id="r1")
+    before = sums(db)
+
+    def pieces():
+        batches, e = _chunk(rng, end, 400, t, "s1")
+        yield stream.Piece(batches, e, 2)
+        raise OSError("the disk went away")
+
+    with store.writer(db) as con:
+        with pytest.raises(OSError, match="disk went away"):
+            stream.append_stream_with_checkpoint(con, src, end, pieces())
+    assert sums(db) == before
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT offset_bytes, lines_done FROM sources").fetchall() == [(end, 1)]
+    assert con.execute("SELECT count(*) FROM decode_windows").fetchone()[0] == 300
+    con.close()
 
 
 # ------------------------------------------------------------------------- whole files, both folds

@@ -23,7 +23,6 @@ Metric formulas live in `views.py` and nowhere else; the CLI, report and dashboa
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import os
 import stat
@@ -450,12 +449,13 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
     return tbl.num_rows
 
 
-def _checkpoint_at(con: duckdb.DuckDBPyConnection, source: schema.Source,
+def checkpoint_at(con: duckdb.DuckDBPyConnection, source: schema.Source,
                    expect_offset: int) -> bool:
     """Whether the source has a stored row, after checking that its checkpoint is at
     `expect_offset` (no row: only 0 is expected); raises CheckpointMoved otherwise."""
-    row = con.execute("SELECT offset_bytes FROM sources WHERE source_id = ?",
-                      [source.source_id]).fetchone()
+    rows = con.execute("SELECT offset_bytes FROM sources WHERE source_id = ?",
+                       [source.source_id]).fetchall()   # (a fetchone leaves the result open)
+    row = rows[0] if rows else None
     if row is None and expect_offset != 0:
         raise CheckpointMoved(f"source {source.source_id} vanished")
     if row is not None and row[0] != expect_offset:
@@ -463,7 +463,7 @@ def _checkpoint_at(con: duckdb.DuckDBPyConnection, source: schema.Source,
     return row is not None
 
 
-def _set_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source, exists: bool,
+def set_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source, exists: bool,
                     new_offset: int, new_lines_done: int, now: dt.datetime) -> None:
     """The source's row, with its checkpoint at `new_offset` and its fingerprints as `source`
     holds them."""
@@ -493,7 +493,7 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
     now = dt.datetime.now()
     con.execute("BEGIN")
     try:
-        _set_checkpoint(con, source, _checkpoint_at(con, source, expect_offset), new_offset,
+        set_checkpoint(con, source, checkpoint_at(con, source, expect_offset), new_offset,
                         new_lines_done, now)
         if run_id is not None:
             # before the rows: the from-scratch sum at attach then covers only what was stored
@@ -511,7 +511,7 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
         # while DuckDB inserts them (it releases the GIL; 2M-line log: ~0.3 s of folds)
         if not windows.num_rows:
             pass   # nothing to insert or fold
-        elif not _numpy_fold():
+        elif not numpy_fold():
             n += insert(con, "decode_windows", windows)
             summaries.fold_appended(con, source.source_id, expect_offset)
         else:
@@ -527,169 +527,10 @@ def append_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source
         raise
 
 
-def _numpy_fold() -> bool:
+def numpy_fold() -> bool:
     """Run sums folded with numpy from the rows being stored (`summaries.fold_delta`), unless
     env SPECWATCH_SQL_FOLD=1 or the numpy fold no longer sums what the views define."""
     return os.environ.get("SPECWATCH_SQL_FOLD") != "1" and summaries.IN_STEP
-
-
-@dataclasses.dataclass
-class Piece:
-    """One chunk of a source for `append_stream_with_checkpoint`: its rows ({table: [column
-    lists and/or Arrow tables]}) and the checkpoint just after it."""
-    batches: dict[str, list]
-    offset: int
-    lines_done: int
-    # end the INSERT after this piece's windows and store the other tables' rows kept so far
-    # before the next piece is asked for (a one-shot ingest marks the piece before a file's
-    # last, small one: those rows are then stored while the last is read and scanned)
-    flush_after: bool = False
-
-
-def append_stream_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source,
-                                  expect_offset: int, pieces: Iterator[Piece],
-                                  run_id: str | None = None) -> tuple[int, Piece | None]:
-    """What `append_with_checkpoint` does for each of `pieces` in turn, in one transaction:
-    the checkpoint moves from `expect_offset` to the end of the last piece (with the source's
-    fingerprints as `source` holds them when `pieces` ends), or nothing is stored. Returns the
-    rows stored and the last piece (None: `pieces` was empty, nothing written).
-
-    Made for a one-shot ingest whose pieces are read and scanned while earlier ones are stored:
-    the decode windows of consecutive pieces go into DuckDB as one INSERT fed from an Arrow stream
-    (`pieces` is advanced as DuckDB asks for rows), so DuckDB's threads insert and compress row
-    groups without waiting at each chunk's end as one statement per chunk did (2M lines on 16
-    CPUs: 0.87 s in three INSERTs vs 0.67 s in one). A new statement starts only where the
-    windows' Arrow types change (a column NULL so far gets values). The other tables' rows are
-    kept and inserted after, and the run sums are folded piece by piece on a thread
-    (`summaries.FoldChain`), or by SQL at the end. An exception from `pieces` rolls everything
-    back and is raised as it is."""
-    now = dt.datetime.now()
-    con.execute("BEGIN")
-    try:
-        exists = _checkpoint_at(con, source, expect_offset)
-        if not exists:   # its row first (attach sums what the source holds); moved at the end
-            _set_checkpoint(con, source, False, expect_offset, source.lines_done, now)
-            exists = True
-        if run_id is not None:
-            attach_source(con, run_id, source.source_id)   # before the rows: see append_with_...
-        fold = summaries.FoldChain(con, source.source_id, expect_offset) if _numpy_fold() \
-            else None
-        stream = _WindowStream(pieces, fold)
-        n = 0
-        try:
-            while True:
-                if stream.flush_due():
-                    for table, parts in stream.take_others().items():
-                        n += insert(con, table, parts)
-                if not stream.more():
-                    break
-                reader = stream.reader()
-                con.register("_specwatch_stream", reader)
-                try:
-                    con.execute("INSERT INTO decode_windows BY NAME "
-                                "SELECT * FROM _specwatch_stream")
-                finally:
-                    con.unregister("_specwatch_stream")
-            if stream.failed is not None:
-                raise stream.failed
-            n += stream.rows
-            for table, parts in stream.take_others().items():
-                n += insert(con, table, parts)
-            if stream.last is not None:
-                if fold is not None:
-                    for delta in fold.deltas():
-                        summaries.merge_delta(con, delta)
-                elif stream.rows:
-                    summaries.fold_appended(con, source.source_id, expect_offset)
-                _set_checkpoint(con, source, exists, stream.last.offset, stream.last.lines_done,
-                                now)
-        finally:
-            stream.close()
-            if fold is not None:
-                fold.close()
-        con.execute("COMMIT")
-        return n, stream.last
-    except BaseException:
-        rollback(con)
-        raise
-
-
-class _WindowStream:
-    """The decode windows of successive pieces as Arrow streams, one per INSERT: a statement
-    ends where the windows' Arrow schema changes (a stream's is fixed) or after a piece marked
-    `flush_after`. The pieces' other tables are kept in `others`, their windows handed to `fold`
-    as they pass. `pieces` is advanced from inside the stream (on whichever DuckDB thread asks for
-    rows); what it raises is kept in `failed` and ends the stream, so that DuckDB does not turn
-    it into an error of its own."""
-
-    def __init__(self, pieces: Iterator[Piece], fold):
-        self._it, self._fold = iter(pieces), fold
-        self.others: dict[str, list] = {}
-        self.rows = 0
-        self.last: Piece | None = None
-        self.failed: BaseException | None = None
-        self._pend: tuple[Piece, pa.Schema | None, list[pa.Table]] | None = None
-        self._ended = False      # `pieces` is exhausted (or failed)
-        self._flush = False      # a piece asked for the other tables' rows to be stored now
-
-    def _advance(self) -> None:
-        self._pend = None
-        try:
-            piece = next(self._it, None)
-            if piece is None:
-                self._ended = True
-            else:
-                self._pend = (piece, *stream_parts("decode_windows",
-                                                   piece.batches.get("decode_windows", [])))
-        except BaseException as exc:   # noqa: BLE001 - raised again by the caller
-            self.failed, self._ended = exc, True
-
-    def more(self) -> bool:
-        """Is there a piece left (read now if need be)?"""
-        if self._pend is None and not self._ended:
-            self._advance()
-        return self._pend is not None and self.failed is None
-
-    def flush_due(self) -> bool:
-        """Should the other tables' rows kept so far be stored before the next statement?"""
-        due, self._flush = self._flush and bool(self.others), False
-        return due
-
-    def reader(self) -> pa.RecordBatchReader:
-        shape = self._pend[1] or one_table("decode_windows", []).schema
-        return pa.RecordBatchReader.from_batches(shape, self._batches(shape))
-
-    def _batches(self, shape: pa.Schema):
-        while self.more():
-            piece, schema_, parts = self._pend
-            if parts and schema_ != shape:
-                return   # the next statement takes it, with its schema as the stream's
-            for table, tparts in piece.batches.items():
-                if table != "decode_windows":
-                    self.others.setdefault(table, []).extend(
-                        tparts if isinstance(tparts, list) else [tparts])
-            if parts:
-                if self._fold is not None:
-                    self._fold.add(parts, piece.batches.get("server_configs", []))
-                for tbl in parts:
-                    self.rows += tbl.num_rows
-                    # row groups' worth at a time: each DuckDB thread takes a batch
-                    yield from tbl.to_batches(max_chunksize=ROW_GROUP_ROWS)
-            self.last, self._pend = piece, None
-            if piece.flush_after:
-                self._flush = True
-                return
-
-    def take_others(self) -> dict[str, list]:
-        others, self.others = self.others, {}
-        return others
-
-    def close(self) -> None:
-        """Stop reading pieces (their iterator's cleanup runs now)."""
-        self._pend, self._ended = None, True
-        close = getattr(self._it, "close", None)
-        if close is not None:
-            close()
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -129,6 +129,36 @@ def merge_delta(con: duckdb.DuckDBPyConnection, delta: pa.Table | None) -> None:
     _merge_delta(con)
 
 
+def merge_deltas(con: duckdb.DuckDBPyConnection, deltas: list[pa.Table | None]) -> None:
+    """`merge_delta` of each of `deltas` in turn (successive pieces of one source), as one merge:
+    the deltas are first combined the way merging them one after the other would combine them
+    (counts and sums added, NULL where every delta has NULL, the newest last window and last
+    timestamp, the oldest first window)."""
+    deltas = [d for d in deltas if d is not None and d.num_rows]
+    if len(deltas) <= 1:
+        merge_delta(con, deltas[0] if deltas else None)
+        return
+    both = pa.concat_tables([d.append_column("_seq", pa.array(np.full(d.num_rows, i), pa.int32()))
+                             for i, d in enumerate(deltas)])
+    ors = {f"{name}_k" for name, expr in _SUMS if expr.startswith("bool_or")}
+    types = dict(schema.columns(schema.TABLES[TABLE]))
+    exprs = []
+    for c in _COLS:
+        if c in KEY:
+            continue
+        agg = (f"arg_max({c}, _seq)" if c in ("last_byte_offset", "last_ts")
+               else f"arg_min_null({c}, _seq)" if c.startswith("first_")
+               else f"bool_or({c})" if c in ors else f"sum({c})")
+        exprs.append(f"CAST({agg} AS {types[c].split()[0]}) AS {c}")
+    con.register("_specwatch_fold_deltas", both)
+    try:
+        combined = con.sql(f"SELECT {', '.join(KEY)}, {', '.join(exprs)} "
+                               "FROM _specwatch_fold_deltas GROUP BY ALL").to_arrow_table()
+    finally:
+        con.unregister("_specwatch_fold_deltas")
+    merge_delta(con, combined.select(_COLS))
+
+
 # What fold_delta computes with numpy (its `sums`): views.WINDOW_SUMS as written when it was.
 # If the definition changes, fold_windows uses the SQL (fold_appended) until this is updated.
 _NUMPY_SUMS = [
@@ -383,7 +413,7 @@ def _fold(reads: FoldReads, tables: list) -> tuple[pa.Table | None, list | None]
 
 class FoldChain:
     """`fold_delta` over successive pieces of one source, none of them stored yet (a one-shot
-    ingest streams a file's windows into one INSERT, `store.append_stream_with_checkpoint`): each
+    ingest streams a file's windows into one INSERT, `stream.append_stream_with_checkpoint`): each
     piece's fold reads its predecessors from the fold before it instead of the store, and the
     server_args offsets of the pieces so far beside the stored ones. Folds run in order on a
     thread of their own; `deltas()` are merged (`merge_delta`) in that order, which sums what a
@@ -437,7 +467,10 @@ def _merge_delta(con: duckdb.DuckDBPyConnection) -> None:
         on = " AND ".join(f"o.{k} IS NOT DISTINCT FROM n.{k}" for k in KEY)
         # NULL + x = x (sum() of no rows is NULL); bool_or likewise ignores NULLs
         merged = [f"n.{k}" for k in KEY] + [
-            "coalesce(o.windows_all, 0) + n.windows_all", "n.last_byte_offset", "n.last_ts",
+            # last_ts: arg_max(ts, byte_offset) skips NULL ts, so new windows that all have
+            # none keep the stored one (was n.last_ts: NULL, unlike a from-scratch sum)
+            "coalesce(o.windows_all, 0) + n.windows_all", "n.last_byte_offset",
+            "coalesce(n.last_ts, o.last_ts)",
             "coalesce(o.windows_k, 0) + n.windows_k"]
         for name, expr in _SUMS:
             if expr.startswith("bool_or"):

@@ -84,7 +84,9 @@ class Buffers:
     faults to map and zero, and a bulk ingest read its file into fresh memory (and copied it
     once more), and scanned into fresh buffers (perf, 2M lines: the kernel zeroing pages was 16%
     of the CPU). Two chunks are in flight (one inserted, the next one scanned), so two of each
-    are kept. With `reuse` False (a follower), nothing is kept."""
+    are kept. With `reuse` False (a follower), nothing is kept. A streamed transaction
+    (`ingest.FileIngestor._stream`) gives back read buffers only: DuckDB holds a chunk's rows,
+    views of its scanner buffers, until it has stored them, which no caller sees."""
 
     def __init__(self, chunk_bytes: int, reuse: bool):
         self.chunk_bytes, self.reuse = chunk_bytes, reuse

@@ -3,6 +3,7 @@ bytes, device and inode (see `schema.Source`). A file renamed by rotation contin
 stopped, a copy made by copy-truncate continues the original, and a truncated, recreated or
 replaced file starts a new source.
 
+Also: forgetting a source that held no line specwatch stores (and a run made for it).
 Not for: reading or committing lines (see `ingest`).
 """
 from __future__ import annotations
@@ -11,9 +12,12 @@ import datetime as dt
 import hashlib
 import os
 
-from specwatch.db import schema
+from specwatch.db import schema, store
 
 FP_LEN = 1024              # bytes hashed to fingerprint a file
+# the tables whose rows come from a source's lines
+LINE_TABLES = ("decode_windows", "prefill_windows", "vllm_spec_windows",
+               "vllm_throughput_windows", "server_configs", "events", "rejected_lines")
 
 
 def _fingerprint(head: bytes) -> str:
@@ -102,3 +106,31 @@ def find_source(con, path: str, st: os.stat_result, head: bytes,
                 "offset_bytes, lines_done, first_seen, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, 0, "
                 "?, ?)", [source_id, path, st.st_dev, st.st_ino, fp, fp_len, now, now])
     return src
+
+
+def forget_unrecognised(db, run_id: str, source_id: str, created_run: bool) -> bool:
+    """If the source holds no stored line at all, detach it (and drop the run this call created
+    for it) and forget it; True when it was unrecognised."""
+    with store.writer(db) as con:
+        for t in LINE_TABLES:
+            if con.execute(f"SELECT 1 FROM {t} WHERE source_id = ? LIMIT 1",
+                           [source_id]).fetchall():
+                return False
+        con.execute("BEGIN")
+        con.execute("DELETE FROM run_sources WHERE run_id = ? AND source_id = ?", [run_id, source_id])
+        if not con.execute("SELECT 1 FROM run_sources WHERE source_id = ? LIMIT 1",
+                           [source_id]).fetchall():
+            con.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
+        if created_run and not con.execute("SELECT 1 FROM run_sources WHERE run_id = ? LIMIT 1",
+                                           [run_id]).fetchall():
+            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+        con.execute("COMMIT")
+    return True
+
+
+def forget_run_if_empty(db, run_id: str) -> None:
+    """Drop the run unless a source is attached to it."""
+    with store.writer(db) as con:
+        if not con.execute("SELECT 1 FROM run_sources WHERE run_id = ? LIMIT 1",
+                           [run_id]).fetchall():
+            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])

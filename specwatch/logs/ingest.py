@@ -21,10 +21,11 @@ import duckdb
 import pyarrow as pa
 
 from specwatch.logs import bulk, fastscan
-from specwatch.db import schema, store
+from specwatch.db import schema, store, stream
 from specwatch.logs.identity import (FP_LEN, _fingerprint, _matching_sources, find_source,
+                                     forget_run_if_empty, forget_unrecognised,
                                      stored_source)
-from specwatch.logs.logfile import IngestError, open_log
+from specwatch.logs.logfile import IngestError, expand_paths, open_log
 from specwatch.logs.rows import Batches, parse_chunk, parse_chunk_checked
 
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst while following a file
@@ -45,9 +46,6 @@ _PREFETCH_ID = "(prefetch)"   # rows of a prefetched chunk until the source is i
 # What a batch insert raises when a value in it cannot be stored (not: locks, disk, checkpoints).
 _DATA_ERRORS = (pa.ArrowException, duckdb.DataError, duckdb.IntegrityError,
                 duckdb.InvalidInputException, ValueError, TypeError, OverflowError)
-_LINE_TABLES = ("decode_windows", "prefill_windows", "vllm_spec_windows",
-                "vllm_throughput_windows", "server_configs", "events", "rejected_lines")
-
 @dataclass
 class IngestResult:
     path: str
@@ -102,7 +100,10 @@ class FileIngestor:
     `adopt_modified_after` (epoch s), a file that matches no stored source at all and was modified
     after that time is read from its start after all: a rotated file written while followed but
     never read (tail was down). gzip/zstd files are read transparently (`open_log`).
-    `overlap`: scan the next chunk on a thread while the current one is inserted (one-shot ingest).
+    `overlap` (one-shot ingest): the file is stored in transactions of several chunks each, its
+    decode windows streamed into one INSERT while the next chunk is read (in parts, at once) and
+    scanned on a thread (`_stream`); chunks grow from an eighth of `chunk_bytes` and the file's
+    last one is small, so that DuckDB starts early and little is left once the scan ends.
     A record that the next line might still continue (a hard-wrapped record, see `reassemble`) is
     stored at the end of the file as it is, unless `hold_at_eof` (a follower of a growing file):
     then it waits for the next line, or until the file has not grown for HOLD_QUIET_S."""
@@ -446,7 +447,7 @@ class FileIngestor:
                     data.release()
                     src.tail_fingerprint = _fingerprint(tail)
                     done.append((chunk, tail))
-                    yield store.Piece(chunk.batches.all(), chunk.end,
+                    yield stream.Piece(chunk.batches.all(), chunk.end,
                                       chunk.lines_done + chunk.batches.lines,
                                       flush_after=last_next)
                     # its rows are in the store's hands now; the read buffer is free (the rows
@@ -468,7 +469,7 @@ class FileIngestor:
         attach = self.run_id if src.source_id not in self._attached else None
         try:
             with bulk.writer(self.db, self._hold) as con:
-                rows, last = store.append_stream_with_checkpoint(
+                rows, last = stream.append_stream_with_checkpoint(
                     con, src, src.offset_bytes, pieces(), run_id=attach)
         except store.CheckpointMoved:
             self._src = None   # someone else stored this range first: re-read our position
@@ -540,11 +541,11 @@ class FileIngestor:
 
 def bulk_chunk_bytes() -> int:
     """A one-shot ingest's chunk: BULK_CHUNK_BYTES, times half the threads a chunk is scanned on
-    (`fastscan.scan_threads`: half the CPUs, 1-8), at most 4x. A 64 MB chunk
-    inserts about two DuckDB row groups of decode windows, which DuckDB stores on about two
-    threads whatever `threads` says; 256 MB on a 16-CPU host is ~9 row groups per INSERT (benchmarks/
-    bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups per statement,
-    0.37 s at 8 on 8 threads)."""
+    (`fastscan.scan_threads`: half the CPUs, 1-8), at most 4x: a chunk is scanned in pieces on
+    those threads (`fastscan.PIECE_BYTES` each at least), and a chunk that falls back to one
+    INSERT of its own (`_commit`) holds several DuckDB row groups, which DuckDB stores on a thread
+    each (benchmarks/bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups
+    per statement, 0.37 s at 8 on 8 threads)."""
     return BULK_CHUNK_BYTES * max(1, min(4, fastscan.scan_threads() // 2))
 
 
@@ -557,43 +558,6 @@ def ensure_run(db: str | Path, run_id: str, hold: bulk.WriterHold | None = None,
             store.upsert_run(con, {"run_id": run_id, "run_name": run_id, "origin": "ingest",
                                    "status": "ok", **fields})
         return existing is None
-
-
-def expand_paths(paths: list[str]) -> tuple[list[tuple[Path, str]], list[str]]:
-    """[(file, default run name)] for files and the files under directories, plus problems."""
-    out, problems = [], []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            files = sorted(f for f in path.rglob("*") if f.is_file())
-            if not files:
-                problems.append(f"{path}: directory has no files")
-            out.extend((f, str(f.relative_to(path))) for f in files)
-        elif path.exists():
-            out.append((path, path.name))
-        else:
-            problems.append(f"{path}: no such file or directory")
-    return out, problems
-
-
-def _forget_unrecognised(db: str | Path, run_id: str, source_id: str, created_run: bool) -> bool:
-    """If the source holds no stored line at all, detach it (and drop the run this call created
-    for it) and forget it; True when it was unrecognised."""
-    with store.writer(db) as con:
-        for t in _LINE_TABLES:
-            if con.execute(f"SELECT 1 FROM {t} WHERE source_id = ? LIMIT 1",
-                           [source_id]).fetchone():
-                return False
-        con.execute("BEGIN")
-        con.execute("DELETE FROM run_sources WHERE run_id = ? AND source_id = ?", [run_id, source_id])
-        if not con.execute("SELECT 1 FROM run_sources WHERE source_id = ? LIMIT 1",
-                           [source_id]).fetchone():
-            con.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
-        if created_run and not con.execute("SELECT 1 FROM run_sources WHERE run_id = ? LIMIT 1",
-                                           [run_id]).fetchone():
-            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
-        con.execute("COMMIT")
-    return True
 
 
 def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> list[IngestResult]:
@@ -623,9 +587,9 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
                 ing.close()
                 hold.release()
             if res.rows == 0 and res.rejected == 0 and (
-                    res.source_id is None or _forget_unrecognised(db, run_id, res.source_id, created)):
+                    res.source_id is None or forget_unrecognised(db, run_id, res.source_id, created)):
                 if res.source_id is None and created:
-                    _forget_run_if_empty(db, run_id)
+                    forget_run_if_empty(db, run_id)
                 res.unrecognised, res.source_id = True, None
                 res.warnings.append(f"no SGLang or vLLM metric or config lines in {path}; "
                                     "is this a server log?")
@@ -633,9 +597,3 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
             res = IngestResult(str(path), warnings=[str(exc)])
         results.append(res)
     return results
-
-
-def _forget_run_if_empty(db: str | Path, run_id: str) -> None:
-    with store.writer(db) as con:
-        if not con.execute("SELECT 1 FROM run_sources WHERE run_id = ? LIMIT 1", [run_id]).fetchone():
-            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])

@@ -4,6 +4,7 @@ A compressed file (`server.log.1.gz`, `server.log.2.zst`) is recognised by its m
 name, and read through an anonymous scratch file holding the decompressed text, so callers get a
 seekable file with a descriptor (pread, fstat) either way. Offsets are offsets in the text.
 
+Also: which files the paths given to `ingest`/`parse` name (`expand_paths`).
 Not for: deciding which files are rotated siblings (see `tail`), or identifying sources (`ingest`).
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 
 class IngestError(RuntimeError):
@@ -98,3 +100,18 @@ def open_log(path: str | os.PathLike):
     return out
 
 
+def expand_paths(paths: list[str]) -> tuple[list[tuple[Path, str]], list[str]]:
+    """[(file, default run name)] for files and the files under directories, plus problems."""
+    out, problems = [], []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*") if f.is_file())
+            if not files:
+                problems.append(f"{path}: directory has no files")
+            out.extend((f, str(f.relative_to(path))) for f in files)
+        elif path.exists():
+            out.append((path, path.name))
+        else:
+            problems.append(f"{path}: no such file or directory")
+    return out, problems

@@ -1,0 +1,174 @@
+"""A one-shot ingest's transaction: several chunks of one source stored with the checkpoint after
+the last (`append_stream_with_checkpoint`), their decode windows streamed into DuckDB while the
+caller reads and scans the next chunks. Exactly-once as `store.append_with_checkpoint`: the rows
+and the checkpoint commit together, or nothing does.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from specwatch.db import schema, store, summaries
+
+
+@dataclass
+class Piece:
+    """One chunk of a source for `append_stream_with_checkpoint`: its rows ({table: [column
+    lists and/or Arrow tables]}) and the checkpoint just after it."""
+    batches: dict[str, list]
+    offset: int
+    lines_done: int
+    # end the INSERT after this piece's windows and store the other tables' rows kept so far
+    # before the next piece is asked for (a one-shot ingest marks the piece before a file's
+    # last, small one: those rows are then stored while the last is read and scanned)
+    flush_after: bool = False
+
+
+def append_stream_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source,
+                                  expect_offset: int, pieces: Iterator[Piece],
+                                  run_id: str | None = None) -> tuple[int, Piece | None]:
+    """What `store.append_with_checkpoint` does for each of `pieces` in turn, in one transaction:
+    the checkpoint moves from `expect_offset` to the end of the last piece (with the source's
+    fingerprints as `source` holds them when `pieces` ends), or nothing is stored. Returns the
+    rows stored and the last piece (None: `pieces` was empty, nothing written).
+
+    Made for a one-shot ingest whose pieces are read and scanned while earlier ones are stored:
+    the decode windows of consecutive pieces go into DuckDB as one INSERT fed from an Arrow stream
+    (`pieces` is advanced as DuckDB asks for rows), so DuckDB's threads insert and compress row
+    groups without waiting at each chunk's end as one statement per chunk did (2M lines on 16
+    CPUs: 0.87 s in three INSERTs vs 0.67 s in one). A new statement starts only where the
+    windows' Arrow types change (a column NULL so far gets values). The other tables' rows are
+    kept and inserted after, and the run sums are folded piece by piece on a thread
+    (`summaries.FoldChain`), or by SQL at the end. An exception from `pieces` rolls everything
+    back and is raised as it is."""
+    now = dt.datetime.now()
+    con.execute("BEGIN")
+    try:
+        exists = store.checkpoint_at(con, source, expect_offset)
+        if not exists:   # its row first (attach sums what the source holds); moved at the end
+            store.set_checkpoint(con, source, False, expect_offset, source.lines_done, now)
+            exists = True
+        if run_id is not None:
+            # before the rows, as store.append_with_checkpoint does
+            store.attach_source(con, run_id, source.source_id)
+        fold = summaries.FoldChain(con, source.source_id, expect_offset) if store.numpy_fold() \
+            else None
+        stream = _WindowStream(pieces, fold)
+        n = 0
+        try:
+            while True:
+                if stream.flush_due():
+                    for table, parts in stream.take_others().items():
+                        n += store.insert(con, table, parts)
+                if not stream.more():
+                    break
+                reader = stream.reader()
+                con.register("_specwatch_stream", reader)
+                try:
+                    con.execute("INSERT INTO decode_windows BY NAME "
+                                "SELECT * FROM _specwatch_stream")
+                finally:
+                    con.unregister("_specwatch_stream")
+            if stream.failed is not None:
+                raise stream.failed
+            n += stream.rows
+            for table, parts in stream.take_others().items():
+                n += store.insert(con, table, parts)
+            if stream.last is not None:
+                if fold is not None:
+                    summaries.merge_deltas(con, fold.deltas())
+                elif stream.rows:
+                    summaries.fold_appended(con, source.source_id, expect_offset)
+                store.set_checkpoint(con, source, exists, stream.last.offset,
+                                     stream.last.lines_done, now)
+        finally:
+            stream.close()
+            if fold is not None:
+                fold.close()
+        con.execute("COMMIT")
+        return n, stream.last
+    except BaseException:
+        store.rollback(con)
+        raise
+
+
+class _WindowStream:
+    """The decode windows of successive pieces as Arrow streams, one per INSERT: a statement
+    ends where the windows' Arrow schema changes (a stream's is fixed) or after a piece marked
+    `flush_after`. The pieces' other tables are kept in `others`, their windows handed to `fold`
+    as they pass. `pieces` is advanced from inside the stream (on whichever DuckDB thread asks for
+    rows); what it raises is kept in `failed` and ends the stream, so that DuckDB does not turn
+    it into an error of its own."""
+
+    def __init__(self, pieces: Iterator[Piece], fold):
+        self._it, self._fold = iter(pieces), fold
+        self.others: dict[str, list] = {}
+        self.rows = 0
+        self.last: Piece | None = None
+        self.failed: BaseException | None = None
+        self._pend: tuple[Piece, pa.Schema | None, list[pa.Table]] | None = None
+        self._ended = False      # `pieces` is exhausted (or failed)
+        self._flush = False      # a piece asked for the other tables' rows to be stored now
+
+    def _advance(self) -> None:
+        self._pend = None
+        try:
+            piece = next(self._it, None)
+            if piece is None:
+                self._ended = True
+            else:
+                self._pend = (piece, *store.stream_parts("decode_windows",
+                                                   piece.batches.get("decode_windows", [])))
+        except BaseException as exc:   # noqa: BLE001 - raised again by the caller
+            self.failed, self._ended = exc, True
+
+    def more(self) -> bool:
+        """Is there a piece left (read now if need be)?"""
+        if self._pend is None and not self._ended:
+            self._advance()
+        return self._pend is not None and self.failed is None
+
+    def flush_due(self) -> bool:
+        """Should the other tables' rows kept so far be stored before the next statement?"""
+        due, self._flush = self._flush and bool(self.others), False
+        return due
+
+    def reader(self) -> pa.RecordBatchReader:
+        shape = self._pend[1] or store.one_table("decode_windows", []).schema
+        return pa.RecordBatchReader.from_batches(shape, self._batches(shape))
+
+    def _batches(self, shape: pa.Schema):
+        while self.more():
+            piece, schema_, parts = self._pend
+            if parts and schema_ != shape:
+                return   # the next statement takes it, with its schema as the stream's
+            for table, tparts in piece.batches.items():
+                if table != "decode_windows":
+                    self.others.setdefault(table, []).extend(
+                        tparts if isinstance(tparts, list) else [tparts])
+            if parts:
+                if self._fold is not None:
+                    self._fold.add(parts, piece.batches.get("server_configs", []))
+                for tbl in parts:
+                    self.rows += tbl.num_rows
+                    # row groups' worth at a time: each DuckDB thread takes a batch
+                    yield from tbl.to_batches(max_chunksize=store.ROW_GROUP_ROWS)
+            self.last, self._pend = piece, None
+            if piece.flush_after:
+                self._flush = True
+                return
+
+    def take_others(self) -> dict[str, list]:
+        others, self.others = self.others, {}
+        return others
+
+    def close(self) -> None:
+        """Stop reading pieces (their iterator's cleanup runs now)."""
+        self._pend, self._ended = None, True
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()

@@ -223,6 +223,38 @@ def test_a_key_with_a_bracket_is_another_record_for_python(glued):
     assert sr.decode["line_no"].to_pylist() == [1, 2]
 
 
+@pytest.mark.skipif(not fastscan.available(), reason="C accelerator not built")
+def test_scan_buffers_are_written_again_only_once_no_row_of_theirs_is_alive(tmp_path):
+    """A streamed ingest hands a chunk's rows (views of the scanner's buffers) to DuckDB, which
+    lets them go whenever it has stored them: the pool gives a chunk's decode or prefill buffers
+    to the next scan only once every Arrow array built from them is gone."""
+    import gc
+    from specwatch.logs import bulk
+    log = tmp_path / "gen.log"
+    generate(log, 3000, seed=3)
+    data = bytearray(log.read_bytes())
+    pool = bulk.Buffers(len(data), reuse=True)
+    first = pool.scan_buffers()
+    r1 = fastscan.scan(data, 0, 0, first)
+    want = r1.decode["accept_len"].to_pylist()
+    assert len(want) > 1000 and r1.prefill["new_seq"].to_pylist()
+    keep_dec = r1.decode["accept_len"]          # one decode column alive, the rest dropped
+    del r1
+    gc.collect()
+    second = pool.scan_buffers()
+    assert second.dec is not first.dec and second.pre is first.pre
+    other = bytearray(b"".join(x.replace(b"accept len: ", b"accept len: 1")
+                               for x in data.splitlines(keepends=True)))
+    fastscan.scan(other, 0, 0, second)
+    assert keep_dec.to_pylist() == want        # not overwritten
+    del keep_dec
+    gc.collect()
+    third = pool.scan_buffers()
+    assert third.dec is first.dec
+    # taken for a scan: not handed out again before its columns exist and are gone
+    assert pool.scan_buffers().dec is not first.dec
+
+
 @pytest.mark.parametrize("with_c", [True, False])
 def test_read_buffers_are_sized_reused_and_never_resized_while_exported(with_c, monkeypatch):
     """bulk.Buffers hands out read buffers of exactly the size asked, without writing their bytes
@@ -237,14 +269,14 @@ def test_read_buffers_are_sized_reused_and_never_resized_while_exported(with_c, 
     a = bufs.read_buffer(1000)
     assert type(a) is bytearray and len(a) == 1000
     a[:] = b"x" * 1000
-    bufs.give_back(a, None)
+    bufs.give_back(a)
     b = bufs.read_buffer(5000)              # grown in place: the same object
     assert b is a and len(b) == 5000 and bytes(b[:1000]) == b"x" * 1000
-    bufs.give_back(b, None)
+    bufs.give_back(b)
     c = bufs.read_buffer(10)
     assert c is a and bytes(c) == b"x" * 10
     view = memoryview(c)                    # exported: cannot be resized, so not handed out
-    bufs.give_back(c, None)
+    bufs.give_back(c)
     d = bufs.read_buffer(20)
     assert d is not c and len(d) == 20 and len(c) == 10
     view.release()

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -79,27 +80,34 @@ def writer(db: str | Path, hold: WriterHold | None):
 
 
 class Buffers:
-    """Read buffers (bytearrays) and scanner output buffers (`fastscan.Buffers`) of chunks
-    already stored, to read and scan the next chunks into: a fresh 64 MB buffer costs 16K page
-    faults to map and zero, and a bulk ingest read its file into fresh memory (and copied it
+    """Read buffers (bytearrays) of chunks already stored, and the scanner's output buffers
+    (`fastscan.Buffers`), to read and scan the next chunks into: a fresh 64 MB buffer costs 16K
+    page faults to map and zero, and a bulk ingest read its file into fresh memory (and copied it
     once more), and scanned into fresh buffers (perf, 2M lines: the kernel zeroing pages was 16%
-    of the CPU). Two chunks are in flight (one inserted, the next one scanned), so two of each
-    are kept. With `reuse` False (a follower), nothing is kept. A streamed transaction
-    (`ingest.FileIngestor._stream`) gives back read buffers only: DuckDB holds a chunk's rows,
-    views of its scanner buffers, until it has stored them, which no caller sees."""
+    of the CPU). Read buffers come back by `give_back` once their chunk is parsed (two are kept:
+    one chunk in flight, the next one read); the scanner's decode and prefill buffers are reused
+    once no row of theirs is alive (`fastscan._Kind.free`: DuckDB lets a streamed chunk's rows go
+    when it has stored them, which no caller sees; the prefill rows of a transaction wait for its
+    end). With `reuse` False (a follower), nothing is kept."""
+
+    KEEP = 4   # decode and prefill buffers kept, each (a streamed transaction pins a few)
 
     def __init__(self, chunk_bytes: int, reuse: bool):
         self.chunk_bytes, self.reuse = chunk_bytes, reuse
         self._read: list[bytearray] = []
-        self._scan: list[fastscan.Buffers] = []
+        self._kinds: dict[str, list] = {"dec": [], "pre": []}
+        self._lock = threading.Lock()   # the prefetch and the next chunk may ask at once
 
     def read_buffer(self, n: int) -> bytearray:
         """A bytearray of n bytes, its contents not set (the caller reads into it): a given-back
         one when there is one, else a new one. Neither writes the bytes (`bytearray(n)` and
         growing by `extend` wrote n zeros holding the GIL: 0.15-0.18 s per 256 MB on a host whose
         page faults are slow, the main thread stopped meanwhile)."""
-        while self._read:
-            buf = self._read.pop()
+        while True:
+            with self._lock:
+                if not self._read:
+                    break
+                buf = self._read.pop()
             try:
                 fastscan.resize_buffer(buf, n)
                 return buf
@@ -111,19 +119,22 @@ class Buffers:
         """Scanner buffers for any chunk (None: let the scanner allocate, or no scanner)."""
         if not self.reuse or not fastscan.available():
             return None
-        if self._scan:
-            return self._scan.pop()
-        return fastscan.Buffers(int(self.chunk_bytes * 1.05) + 8192)
+        size = int(self.chunk_bytes * 1.05) + 8192
+        with self._lock:
+            got = {k: next((x for x in kinds if x.free() and x.nbytes >= size), None)
+                   for k, kinds in self._kinds.items()}
+            bufs = fastscan.Buffers(size, dec=got["dec"], pre=got["pre"])
+            for k, kind in (("dec", bufs.dec), ("pre", bufs.pre)):
+                if kind is not got[k] and len(self._kinds[k]) < self.KEEP:
+                    self._kinds[k].append(kind)
+        return bufs
 
-    def give_back(self, data, scanned: fastscan.Buffers | None) -> None:
-        """A chunk's buffers, once its rows are stored (its Arrow columns are views of
-        `scanned`: the caller drops them)."""
-        if not self.reuse:
-            return
-        if isinstance(data, bytearray) and len(self._read) < 2:
-            self._read.append(data)
-        if scanned is not None and len(self._scan) < 2:
-            self._scan.append(scanned)
+    def give_back(self, data) -> None:
+        """A chunk's read buffer, once its lines are parsed."""
+        if self.reuse and isinstance(data, bytearray):
+            with self._lock:
+                if len(self._read) < 2:
+                    self._read.append(data)
 
 
 READ_PART_BYTES = 16 << 20   # a chunk is read in parts of at least this many bytes at once

@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -150,42 +151,77 @@ class _Arena:
             at += size
 
 
+class _Lease:
+    """What every Arrow buffer of one `_Kind.columns` call keeps alive: the kind's memory. Once
+    the last of those buffers is gone (DuckDB has stored the rows and let them go, whenever that
+    is), the lease is, and the kind may be written again (`_Kind.free`)."""
+
+    __slots__ = ("kind", "__weakref__")
+
+    def __init__(self, kind: "_Kind"):
+        self.kind = kind
+
+
+_TAKEN = object()   # a kind handed out for a scan, its columns not built yet
+
+
 class _Kind:
-    """Caller-allocated column buffers for one table, in the layout _fastscan.c writes."""
+    """Caller-allocated column buffers for one table, in the layout _fastscan.c writes, for
+    chunks of up to `nbytes` bytes."""
 
     def __init__(self, spec: dict, cap: int, nbytes: int):
-        self.spec = spec
+        self.spec, self.nbytes = spec, nbytes
         arena = _Arena([((len(spec["i64"]), cap), np.int64), ((len(spec["i32"]), cap), np.int32),
                         ((len(spec["f64"]), cap), np.float64), ((3, cap), np.int8),
                         ((len(_STRINGS), cap + 1), np.int32)]
                        + [((nbytes + 64,), np.uint8)] * len(_STRINGS))
         self.i64, self.i32, self.f64, self.i8, self.soff, *self.sdata = arena.arrays
+        self._lease = None   # weakref to the lease of the columns last built, or _TAKEN
+
+    def free(self) -> bool:
+        """No column built from this kind is alive, and no scan is about to write it."""
+        return self._lease is None or (self._lease is not _TAKEN and self._lease() is None)
+
+    def take(self) -> None:
+        self._lease = _TAKEN
 
     def buffers(self) -> tuple:
         return (self.i64, self.i32, self.f64, self.i8, self.soff, *self.sdata)
 
     def columns(self, n: int, str_lens) -> dict[str, pa.Array]:
+        lease = _Lease(self)
+        self._lease = weakref.ref(lease)
+
+        def view(a: np.ndarray) -> pa.Buffer:
+            return pa.foreign_buffer(a.ctypes.data, a.nbytes, base=lease)
+
+        def fixed(typ: pa.DataType, values: np.ndarray, null: np.ndarray) -> pa.Array:
+            if n == 0:
+                return pa.array([], type=typ)
+            validity = _bits(~null) if null.any() else None
+            return pa.Array.from_buffers(typ, n, [validity, view(values)])
+
         cols: dict[str, pa.Array] = {}
         for j, name in enumerate(self.spec["i64"]):
             typ = pa.timestamp("us") if name == "ts" else pa.int64()
-            cols[name] = _fixed(typ, self.i64[j, :n], self.i64[j, :n] == NULL_I64)
+            cols[name] = fixed(typ, self.i64[j, :n], self.i64[j, :n] == NULL_I64)
         for j, name in enumerate(self.spec["i32"]):
-            cols[name] = _fixed(pa.int32(), self.i32[j, :n], self.i32[j, :n] == NULL_I32)
+            cols[name] = fixed(pa.int32(), self.i32[j, :n], self.i32[j, :n] == NULL_I32)
         for j, name in enumerate(self.spec["f64"]):
-            cols[name] = _fixed(pa.float64(), self.f64[j, :n], np.isnan(self.f64[j, :n]))
+            cols[name] = fixed(pa.float64(), self.f64[j, :n], np.isnan(self.f64[j, :n]))
         flag = self.i8[0, :n]
         cols["graph_enabled"] = pa.Array.from_buffers(
             pa.bool_(), n, [_bits(flag >= 0), _bits(flag == 1)])
         if self.spec["graph_device"]:
             dev = self.i8[1, :n]
-            idx = _fixed(pa.int8(), dev, dev < 0)
+            idx = fixed(pa.int8(), dev, dev < 0)
             cols["graph_device"] = pa.DictionaryArray.from_arrays(idx, _DEV).cast(pa.string())
-        cols["_shape"] = _fixed(pa.int8(), self.i8[2, :n], np.zeros(n, bool))  # not stored
+        cols["_shape"] = fixed(pa.int8(), self.i8[2, :n], np.zeros(n, bool))  # not stored
         for k, name in enumerate(_STRINGS):
             off = self.soff[k, :n + 1]
             valid = None if name not in _NULL_IF_EMPTY else _bits(off[1:] != off[:-1])
             cols[name] = pa.Array.from_buffers(
-                pa.string(), n, [valid, pa.py_buffer(off), pa.py_buffer(self.sdata[k][:str_lens[k]])])
+                pa.string(), n, [valid, view(off), view(self.sdata[k][:str_lens[k]])])
         return cols
 
 
@@ -193,25 +229,21 @@ def _bits(mask: np.ndarray) -> pa.Buffer:
     return pa.py_buffer(np.packbits(mask, bitorder="little"))
 
 
-def _fixed(typ: pa.DataType, values: np.ndarray, null: np.ndarray) -> pa.Array:
-    n = len(values)
-    if n == 0:
-        return pa.array([], type=typ)
-    validity = _bits(~null) if null.any() else None
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(values)])
-
-
 class Buffers:
-    """The scanner's output buffers for chunks of up to `size` bytes. A bulk ingest gives a set
-    back once the rows it holds are stored (`scan(..., buffers=)`): pages already mapped are
-    written again instead of fresh ones faulted and zeroed for every chunk. The arrays of a
-    ScanResult are views of its set: a set may only be reused when they are no longer needed."""
+    """The scanner's output buffers for chunks of up to `size` bytes: a decode and a prefill
+    `_Kind` (given, when free, to write again: pages already mapped instead of fresh ones faulted
+    and zeroed for every chunk) and the handed-back lines' offsets. The arrays of a ScanResult
+    are views of its kinds, which keep them from being written again while any is alive."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, dec: _Kind | None = None, pre: _Kind | None = None):
         self.size = size
         cap = size // MIN_ROW_BYTES + 16
-        self.dec = _Kind(_KINDS["decode"], cap, size)
-        self.pre = _Kind(_KINDS["prefill"], cap, size)
+        self.dec = dec if dec is not None and dec.nbytes >= size else \
+            _Kind(_KINDS["decode"], cap, size)
+        self.pre = pre if pre is not None and pre.nbytes >= size else \
+            _Kind(_KINDS["prefill"], cap, size)
+        self.dec.take()
+        self.pre.take()
         # a line handed back carries an anchor (>= 6 bytes) and its newline
         self.sl = _Arena([((size // 7 + 1, 2), np.int64)]).arrays[0]
 

@@ -328,7 +328,7 @@ class FileIngestor:
     def _reuse(self, chunk: _Chunk) -> None:
         """`chunk` is stored (or dropped): a bulk ingest reads and scans into its buffers again."""
         chunk.size = chunk.end - chunk.offset   # (computed from data until now)
-        self._bufs.give_back(chunk.data, chunk.batches.buffers)
+        self._bufs.give_back(chunk.data)
         chunk.data, chunk.batches = b"", Batches()   # its rows are views of those buffers
 
     def _drain(self) -> IngestResult:
@@ -451,9 +451,9 @@ class FileIngestor:
                                       chunk.lines_done + chunk.batches.lines,
                                       flush_after=last_next)
                     # its rows are in the store's hands now; the read buffer is free (the rows
-                    # are copies or views of the scanner's buffers, which are not reused here)
+                    # are copies, or views of the scanner's buffers, reused once they are gone)
                     chunk.size = chunk.end - chunk.offset
-                    self._bufs.give_back(chunk.data, None)
+                    self._bufs.give_back(chunk.data)
                     chunk.data, chunk.batches = b"", Batches()
                     chunk, ahead = (ahead.result() if ahead is not None else None), None
                     if chunk is not None and time.monotonic() - start > BULK_HOLD_S:

@@ -177,7 +177,7 @@ def test_streamed_pieces_fold_equals_sql_fold(tmp_path, monkeypatch, seed):
     ingest's path): each piece's numpy fold reads its predecessors and server configs from the
     pieces before it, none stored yet, and the deltas are merged as one. Equals the SQL fold over
     the stored windows at each transaction's end (the definition), transaction after transaction,
-    with runs rescoped between them and some statements cut (`flush_after`)."""
+    with runs rescoped between them."""
     rng = random.Random(seed)
     dbs = {"fast": tmp_path / "fast.duckdb", "sql": tmp_path / "sql.duckdb"}
     srcs = {m: schema.Source(source_id="s1", path="/x.log", device=1, inode=1, fingerprint="f",
@@ -195,7 +195,7 @@ def test_streamed_pieces_fold_equals_sql_fold(tmp_path, monkeypatch, seed):
             batches, end = _chunk(rng, offset, rng.choice([0, 1, 40, 400, 1500]), t, "s1")
             lines += 1
             pieces.append(stream.Piece({**batches, "decode_windows": _split(
-                rng, batches["decode_windows"])}, end, lines, flush_after=rng.random() < 0.3))
+                rng, batches["decode_windows"])}, end, lines))
             offset = end
         if k and rng.random() < 0.5:
             for db in dbs.values():

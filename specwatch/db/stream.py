@@ -22,10 +22,6 @@ class Piece:
     batches: dict[str, list]
     offset: int
     lines_done: int
-    # end the INSERT after this piece's windows and store the other tables' rows kept so far
-    # before the next piece is asked for (a one-shot ingest marks the piece before a file's
-    # last, small one: those rows are then stored while the last is read and scanned)
-    flush_after: bool = False
 
 
 def append_stream_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema.Source,
@@ -60,12 +56,7 @@ def append_stream_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema
         stream = _WindowStream(pieces, fold)
         n = 0
         try:
-            while True:
-                if stream.flush_due():
-                    for table, parts in stream.take_others().items():
-                        n += store.insert(con, table, parts)
-                if not stream.more():
-                    break
+            while stream.more():
                 reader = stream.reader()
                 con.register("_specwatch_stream", reader)
                 try:
@@ -76,8 +67,8 @@ def append_stream_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema
             if stream.failed is not None:
                 raise stream.failed
             n += stream.rows
-            for table, parts in stream.take_others().items():
-                n += store.insert(con, table, parts)
+            for table, parts in stream.others.items():
+                n += insert_whole_groups(con, table, parts)
             if stream.last is not None:
                 if fold is not None:
                     summaries.merge_deltas(con, fold.deltas())
@@ -97,12 +88,12 @@ def append_stream_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema
 
 
 class _WindowStream:
-    """The decode windows of successive pieces as Arrow streams, one per INSERT: a statement
-    ends where the windows' Arrow schema changes (a stream's is fixed) or after a piece marked
-    `flush_after`. The pieces' other tables are kept in `others`, their windows handed to `fold`
-    as they pass. `pieces` is advanced from inside the stream (on whichever DuckDB thread asks for
-    rows); what it raises is kept in `failed` and ends the stream, so that DuckDB does not turn
-    it into an error of its own."""
+    """The decode windows of successive pieces as Arrow streams, one per INSERT (a statement ends
+    only where the windows' Arrow schema changes: a stream's is fixed), in batches of exactly one
+    DuckDB row group (`_whole_groups`). The pieces' other tables are kept in `others`, their
+    windows handed to `fold` as they pass. `pieces` is advanced from inside the stream (on
+    whichever DuckDB thread asks for rows); what it raises is kept in `failed` and ends the
+    stream, so that DuckDB does not turn it into an error of its own."""
 
     def __init__(self, pieces: Iterator[Piece], fold):
         self._it, self._fold = iter(pieces), fold
@@ -112,7 +103,6 @@ class _WindowStream:
         self.failed: BaseException | None = None
         self._pend: tuple[Piece, pa.Schema | None, list[pa.Table]] | None = None
         self._ended = False      # `pieces` is exhausted (or failed)
-        self._flush = False      # a piece asked for the other tables' rows to be stored now
 
     def _advance(self) -> None:
         self._pend = None
@@ -122,7 +112,7 @@ class _WindowStream:
                 self._ended = True
             else:
                 self._pend = (piece, *store.stream_parts("decode_windows",
-                                                   piece.batches.get("decode_windows", [])))
+                                                         piece.batches.get("decode_windows", [])))
         except BaseException as exc:   # noqa: BLE001 - raised again by the caller
             self.failed, self._ended = exc, True
 
@@ -132,16 +122,11 @@ class _WindowStream:
             self._advance()
         return self._pend is not None and self.failed is None
 
-    def flush_due(self) -> bool:
-        """Should the other tables' rows kept so far be stored before the next statement?"""
-        due, self._flush = self._flush and bool(self.others), False
-        return due
-
     def reader(self) -> pa.RecordBatchReader:
         shape = self._pend[1] or store.one_table("decode_windows", []).schema
-        return pa.RecordBatchReader.from_batches(shape, self._batches(shape))
+        return pa.RecordBatchReader.from_batches(shape, _whole_groups(self._tables(shape)))
 
-    def _batches(self, shape: pa.Schema):
+    def _tables(self, shape: pa.Schema):
         while self.more():
             piece, schema_, parts = self._pend
             if parts and schema_ != shape:
@@ -155,16 +140,8 @@ class _WindowStream:
                     self._fold.add(parts, piece.batches.get("server_configs", []))
                 for tbl in parts:
                     self.rows += tbl.num_rows
-                    # row groups' worth at a time: each DuckDB thread takes a batch
-                    yield from tbl.to_batches(max_chunksize=store.ROW_GROUP_ROWS)
+                    yield tbl
             self.last, self._pend = piece, None
-            if piece.flush_after:
-                self._flush = True
-                return
-
-    def take_others(self) -> dict[str, list]:
-        others, self.others = self.others, {}
-        return others
 
     def close(self) -> None:
         """Stop reading pieces (their iterator's cleanup runs now)."""
@@ -172,3 +149,46 @@ class _WindowStream:
         close = getattr(self._it, "close", None)
         if close is not None:
             close()
+
+
+def _whole_groups(tables: Iterator[pa.Table]) -> Iterator[pa.RecordBatch]:
+    """The rows of `tables` (one schema) in record batches of exactly store.ROW_GROUP_ROWS rows,
+    but the last: a DuckDB thread appends each batch it takes to row groups of its own, so a batch
+    of a whole row group fills one, which DuckDB writes at once, and a statement leaves at most
+    one partial row group for the checkpoint to compress (batches cut at each chunk's end left a
+    partial one per thread: 2M lines on 16 CPUs, a 0.34 s checkpoint at close instead of 0.04 s).
+    Zero-copy but for the batches that span two tables."""
+    size = store.ROW_GROUP_ROWS
+    carry: list[pa.RecordBatch] = []
+    carried = 0
+    for tbl in tables:
+        for batch in tbl.to_batches():
+            at = 0
+            while at < batch.num_rows:
+                take = min(size - carried, batch.num_rows - at)
+                part = batch.slice(at, take)
+                at += take
+                if not carried and take == size:
+                    yield part
+                    continue
+                carry.append(part)
+                carried += take
+                if carried == size:
+                    yield pa.concat_batches(carry)
+                    carry, carried = [], 0
+    if carry:
+        yield pa.concat_batches(carry)
+
+
+def insert_whole_groups(con: duckdb.DuckDBPyConnection, table: str, parts) -> int:
+    """`store.insert` of `parts` in batches of whole row groups (`_whole_groups`)."""
+    shape, tables = store.stream_parts(table, parts)
+    if not tables:
+        return 0
+    reader = pa.RecordBatchReader.from_batches(shape, _whole_groups(iter(tables)))
+    con.register("_specwatch_groups", reader)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _specwatch_groups")
+    finally:
+        con.unregister("_specwatch_groups")
+    return sum(t.num_rows for t in tables)

@@ -102,8 +102,8 @@ class FileIngestor:
     never read (tail was down). gzip/zstd files are read transparently (`open_log`).
     `overlap` (one-shot ingest): the file is stored in transactions of several chunks each, its
     decode windows streamed into one INSERT while the next chunk is read (in parts, at once) and
-    scanned on a thread (`_stream`); chunks grow from an eighth of `chunk_bytes` and the file's
-    last one is small, so that DuckDB starts early and little is left once the scan ends.
+    scanned on a thread (`_stream`); chunks grow from an eighth of `chunk_bytes`, so that DuckDB
+    starts early.
     A record that the next line might still continue (a hard-wrapped record, see `reassemble`) is
     stored at the end of the file as it is, unless `hold_at_eof` (a follower of a growing file):
     then it waits for the next line, or until the file has not grown for HOLD_QUIET_S."""
@@ -414,10 +414,6 @@ class FileIngestor:
         done: list[tuple[_Chunk, bytes]] = []   # chunks handed to the store, with their tails
         rest: list[_Chunk | None] = [None]      # the chunk read but not stored
 
-        # the file's last chunk is read small, so that little is left to store once it is
-        # scanned: the other tables' rows are stored while it is read (`Piece.flush_after`)
-        small = self.chunk_bytes // 8
-
         def pieces():
             chunk, tail, ahead = first, self._tail_bytes, None
             try:
@@ -426,14 +422,10 @@ class FileIngestor:
                                                          src.offset_bytes):
                         self._src = None   # replaced while read: identified again next time
                         return
-                    left, last_next = end - chunk.end, False
-                    if left > 0:
+                    if chunk.end < end:
                         # twice the last chunk, up to chunk_bytes: DuckDB gets rows soon after
                         # the start, and whole chunks once it is busy
-                        full = min(self.chunk_bytes, 2 * (chunk.end - chunk.offset))
-                        want = (full if left > full + small
-                                else left - small if left > 2 * small else left)
-                        last_next = want == left
+                        want = min(self.chunk_bytes, 2 * (chunk.end - chunk.offset))
                         ahead = pool.submit(self._read, src, chunk.end,
                                             chunk.lines_done + chunk.batches.lines, end, True,
                                             want)
@@ -448,8 +440,7 @@ class FileIngestor:
                     src.tail_fingerprint = _fingerprint(tail)
                     done.append((chunk, tail))
                     yield stream.Piece(chunk.batches.all(), chunk.end,
-                                      chunk.lines_done + chunk.batches.lines,
-                                      flush_after=last_next)
+                                      chunk.lines_done + chunk.batches.lines)
                     # its rows are in the store's hands now; the read buffer is free (the rows
                     # are copies, or views of the scanner's buffers, reused once they are gone)
                     chunk.size = chunk.end - chunk.offset

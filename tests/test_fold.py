@@ -128,6 +128,19 @@ def _rescope(con, rng: random.Random, source_id: str, upto: int) -> None:
     con.execute("COMMIT")
 
 
+def _each_fold(dbs: dict, monkeypatch):
+    """(mode, writer connection) for each of `dbs` ({"fast": db, "sql": db}), the "sql" one
+    with SPECWATCH_SQL_FOLD=1 set while its connection is open."""
+    for mode, db in dbs.items():
+        if mode == "sql":
+            monkeypatch.setenv("SPECWATCH_SQL_FOLD", "1")
+        try:
+            with store.writer(db) as con:
+                yield mode, con
+        finally:
+            monkeypatch.delenv("SPECWATCH_SQL_FOLD", raising=False)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_numpy_fold_equals_sql_fold_chunk_by_chunk(tmp_path, monkeypatch, seed):
     rng = random.Random(seed)
@@ -148,14 +161,10 @@ def test_numpy_fold_equals_sql_fold_chunk_by_chunk(tmp_path, monkeypatch, seed):
             for db in dbs.values():
                 with store.writer(db) as con:
                     _rescope(con, random.Random(seed * 100 + k), "s1", offset)
-        for mode, db in dbs.items():
-            if mode == "sql":
-                monkeypatch.setenv("SPECWATCH_SQL_FOLD", "1")
-            with store.writer(db) as con:
-                store.append_with_checkpoint(
-                    con, src, offset, end, k + 1, {**batches, "decode_windows": decode},
-                    run_id="r1" if k == 0 else None)
-            monkeypatch.delenv("SPECWATCH_SQL_FOLD", raising=False)
+        for mode, con in _each_fold(dbs, monkeypatch):
+            store.append_with_checkpoint(
+                con, src, offset, end, k + 1, {**batches, "decode_windows": decode},
+                run_id="r1" if k == 0 else None)
         offset = end
         a, b = sums(dbs["fast"]), sums(dbs["sql"])
         assert a
@@ -201,13 +210,9 @@ def test_streamed_pieces_fold_equals_sql_fold(tmp_path, monkeypatch, seed):
             for db in dbs.values():
                 with store.writer(db) as con:
                     _rescope(con, random.Random(seed * 100 + k), "s1", start)
-        for mode, db in dbs.items():
-            if mode == "sql":
-                monkeypatch.setenv("SPECWATCH_SQL_FOLD", "1")
-            with store.writer(db) as con:
-                n, last = stream.append_stream_with_checkpoint(
-                    con, srcs[mode], start, iter(pieces), run_id="r1" if k == 0 else None)
-            monkeypatch.delenv("SPECWATCH_SQL_FOLD", raising=False)
+        for mode, con in _each_fold(dbs, monkeypatch):
+            n, last = stream.append_stream_with_checkpoint(
+                con, srcs[mode], start, iter(pieces), run_id="r1" if k == 0 else None)
             assert last is pieces[-1]
             srcs[mode].offset_bytes = last.offset
         assert_same_sums(sums(dbs["fast"]), sums(dbs["sql"]))

@@ -386,8 +386,7 @@ def one_table(table: str, parts) -> pa.Table:
     1-row chunk per INSERT: 2.0 s instead of 1.05 s to store, a 56 MB file instead of 30 MB).
     The parts are cast to one schema (`_common_schema`), then copied once (~15 ms per 245K
     decode windows)."""
-    tables = [p if isinstance(p, pa.Table) else arrow_table(table, p)
-              for p in (parts if isinstance(parts, list) else [parts])]
+    tables = _as_tables(table, parts)
     tables = [t for t in tables if t.num_rows] or tables[:1]
     if not tables:
         return arrow_table(table, {})
@@ -403,13 +402,17 @@ def stream_parts(table: str, parts) -> tuple[pa.Schema | None, list[pa.Table]]:
     the tables that have rows); (None, []) when none has. For an Arrow stream, where a small
     part (the Python parser's rows) costs no partial row group, and copying a chunk's worth of
     scanner rows to append a few cost 0.07 s per 256 MB."""
-    tables = [p if isinstance(p, pa.Table) else arrow_table(table, p)
-              for p in (parts if isinstance(parts, list) else [parts])]
-    tables = [t for t in tables if t.num_rows]
+    tables = [t for t in _as_tables(table, parts) if t.num_rows]
     if not tables:
         return None, []
     target = tables[0].schema if len(tables) == 1 else _common_schema(table, tables)
     return target, [t if t.schema == target else t.cast(target) for t in tables]
+
+
+def _as_tables(table: str, parts) -> list[pa.Table]:
+    """Column lists, an Arrow table, or a list of either -> Arrow tables (`arrow_table`)."""
+    return [p if isinstance(p, pa.Table) else arrow_table(table, p)
+            for p in (parts if isinstance(parts, list) else [parts])]
 
 
 def _common_schema(table: str, tables: list[pa.Table]) -> pa.Schema:
@@ -440,13 +443,19 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows) -> int:
     tbl = one_table(table, rows)
     if tbl.num_rows == 0:
         return 0
-    con.register("_specwatch_batch", tbl)
+    insert_by_name(con, table, tbl)
+    return tbl.num_rows
+
+
+def insert_by_name(con: duckdb.DuckDBPyConnection, table: str,
+                   rows: pa.Table | pa.RecordBatchReader) -> None:
+    """One INSERT of an Arrow table or record-batch stream into `table`, column by name (a
+    database made by an older version has its newer columns last: ALTER ADD)."""
+    con.register("_specwatch_batch", rows)
     try:
-        # by name: a database made by an older version has its newer columns last (ALTER ADD)
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _specwatch_batch")
     finally:
         con.unregister("_specwatch_batch")
-    return tbl.num_rows
 
 
 def checkpoint_at(con: duckdb.DuckDBPyConnection, source: schema.Source,

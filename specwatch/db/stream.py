@@ -57,13 +57,7 @@ def append_stream_with_checkpoint(con: duckdb.DuckDBPyConnection, source: schema
         n = 0
         try:
             while stream.more():
-                reader = stream.reader()
-                con.register("_specwatch_stream", reader)
-                try:
-                    con.execute("INSERT INTO decode_windows BY NAME "
-                                "SELECT * FROM _specwatch_stream")
-                finally:
-                    con.unregister("_specwatch_stream")
+                store.insert_by_name(con, "decode_windows", stream.reader())
             if stream.failed is not None:
                 raise stream.failed
             n += stream.rows
@@ -185,10 +179,6 @@ def insert_whole_groups(con: duckdb.DuckDBPyConnection, table: str, parts) -> in
     shape, tables = store.stream_parts(table, parts)
     if not tables:
         return 0
-    reader = pa.RecordBatchReader.from_batches(shape, _whole_groups(iter(tables)))
-    con.register("_specwatch_groups", reader)
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _specwatch_groups")
-    finally:
-        con.unregister("_specwatch_groups")
+    store.insert_by_name(con, table, pa.RecordBatchReader.from_batches(
+        shape, _whole_groups(iter(tables))))
     return sum(t.num_rows for t in tables)

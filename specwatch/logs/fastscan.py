@@ -332,10 +332,6 @@ def usable_cpus() -> int:
 def pool(n: int) -> ThreadPoolExecutor:
     """The scanner's thread pool, with at least `n` threads (a bulk ingest also reads a chunk's
     parts on it, `bulk.pread_into`)."""
-    return _pool(n)
-
-
-def _pool(n: int) -> ThreadPoolExecutor:
     with _POOL_LOCK:
         if _POOL[1] < n:
             _POOL[:] = [ThreadPoolExecutor(n, thread_name_prefix="specwatch-scan"), n]
@@ -367,9 +363,9 @@ def _scan_pieces(data, base_offset: int, base_line: int, out: Buffers, pieces: i
     spans = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
     view = memoryview(data)
     bufs = [_take_buffers(b - a) for a, b in spans]
-    pool = _pool(len(spans))
+    workers = pool(len(spans))
     try:
-        got = list(pool.map(lambda i: _Counts(*_fastscan.scan(
+        got = list(workers.map(lambda i: _Counts(*_fastscan.scan(
             view[spans[i][0]:spans[i][1]], base_offset + spans[i][0], 0, bufs[i].dec.buffers(),
             bufs[i].pre.buffers(), bufs[i].sl)), range(len(spans))))
         # where each piece's rows, string bytes, lines and handed-back lines start in `out`
@@ -380,7 +376,7 @@ def _scan_pieces(data, base_offset: int, base_line: int, out: Buffers, pieces: i
                 dec=a.dec + g.dec, pre=a.pre + g.pre, slow=a.slow + g.slow, lines=a.lines + g.lines,
                 dec_str=tuple(map(sum, zip(a.dec_str, g.dec_str))),
                 pre_str=tuple(map(sum, zip(a.pre_str, g.pre_str)))))
-        list(pool.map(lambda i: _copy_piece(bufs[i], got[i], starts[i], spans[i][0],
+        list(workers.map(lambda i: _copy_piece(bufs[i], got[i], starts[i], spans[i][0],
                                             base_line, out), range(len(spans))))
     finally:
         view.release()

@@ -429,15 +429,8 @@ class FileIngestor:
                         ahead = pool.submit(self._read, src, chunk.end,
                                             chunk.lines_done + chunk.batches.lines, end, True,
                                             want)
-                    data = memoryview(chunk.data)[:chunk.end - chunk.offset]
-                    if src.fingerprint_len < FP_LEN:
-                        head = os.pread(self._fh.fileno(), min(FP_LEN, chunk.end), 0)
-                        src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
-                    # what was read, not the file again (see _commit)
-                    tail = bytes(data[-FP_LEN:]) if len(data) >= FP_LEN else \
-                        (tail + data)[-FP_LEN:]
-                    data.release()
-                    src.tail_fingerprint = _fingerprint(tail)
+                    with memoryview(chunk.data)[:chunk.end - chunk.offset] as data:
+                        tail = self._fingerprint_to(src, chunk.end, data, tail)
                     done.append((chunk, tail))
                     yield stream.Piece(chunk.batches.all(), chunk.end,
                                       chunk.lines_done + chunk.batches.lines)
@@ -479,6 +472,18 @@ class FileIngestor:
         self._tail_bytes = done[-1][1]
         return rest[0]
 
+    def _fingerprint_to(self, src: schema.Source, end: int, data, tail: bytes) -> bytes:
+        """`src`'s fingerprints for a checkpoint at `end`, after `data` (the bytes read up to it;
+        `tail`: the last bytes before them); returns the new last bytes. The tail is hashed from
+        what was read, not the file again: it may be truncated by now (copy-truncate), and a wrong
+        hash would keep the copy from continuing this source."""
+        if src.fingerprint_len < FP_LEN:
+            head = os.pread(self._fh.fileno(), min(FP_LEN, end), 0)
+            src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
+        tail = bytes(data[-FP_LEN:]) if len(data) >= FP_LEN else (tail + data)[-FP_LEN:]
+        src.tail_fingerprint = _fingerprint(tail)
+        return tail
+
     def _commit(self, src: schema.Source, chunk: _Chunk, result: IngestResult) -> bool:
         """Store `chunk` with the checkpoint after it; False when the file or the checkpoint
         changed under us (nothing stored; the caller identifies the file again next time)."""
@@ -488,14 +493,7 @@ class FileIngestor:
             return False
         lines = chunk.batches.lines
         new_offset = chunk.end
-        if src.fingerprint_len < FP_LEN:
-            head = os.pread(self._fh.fileno(), min(FP_LEN, new_offset), 0)
-            src.fingerprint, src.fingerprint_len = _fingerprint(head), len(head)
-        # Hash what was read, not the file again: it may be truncated by now (copy-truncate),
-        # and a wrong hash would keep the copy from continuing this source.
-        tail = bytes(data[-FP_LEN:]) if len(data) >= FP_LEN else \
-            (self._tail_bytes + data)[-FP_LEN:]
-        src.tail_fingerprint = _fingerprint(tail)
+        tail = self._fingerprint_to(src, new_offset, data, self._tail_bytes)
         attach = self.run_id if src.source_id not in self._attached else None
         notes = chunk.notes
         with bulk.writer(self.db, self._hold) as con:

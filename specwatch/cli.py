@@ -580,6 +580,7 @@ def align(dump_path, capture_path, fmt):
 def main():
     from specwatch import startup
     startup.skip_pandas_probe()
+    startup.spare_the_collector()
     cli()
 
 

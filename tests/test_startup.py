@@ -69,3 +69,44 @@ def test_a_process_that_loaded_pandas_first_is_left_alone():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[7]", "Table"]
+
+
+# the command's entry point under exit handlers and a finalizer of the caller's, which must all
+# still run once the command has kept the collector off what lives until exit
+_EXIT_PROBE = """
+import atexit, gc, json, sys
+out = sys.argv[1]
+frozen_before = gc.get_freeze_count()
+
+class Finalized:
+    def __del__(self, open=open, out=out):   # freed by reference count as modules are cleared
+        with open(out + ".del", "w") as f:
+            f.write("ran")
+
+KEEP = Finalized()
+
+def at_exit():   # registered before the command: runs after everything it registered
+    with open(out, "w") as f:
+        json.dump({"frozen_before": frozen_before, "frozen_at_exit": gc.get_freeze_count(),
+                   "unreachable_left": gc.collect()}, f)
+
+atexit.register(at_exit)
+from specwatch.cli import main
+sys.argv = ["specwatch", *sys.argv[2:]]
+main()
+"""
+
+
+def test_the_command_spares_the_collector_and_still_runs_exit_handlers(tmp_path):
+    db, out = tmp_path / "runs.duckdb", tmp_path / "exit.json"
+    proc = subprocess.run([sys.executable, "-c", _EXIT_PROBE, str(out), "ingest", str(LOG), "--db",
+                           str(db)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "rows stored" in proc.stdout
+    got = json.loads(out.read_text())
+    assert got["frozen_before"] == 0
+    # what the imports made, and at exit what the command left, is out of the collections
+    assert got["frozen_at_exit"] > 10_000
+    assert (tmp_path / "exit.json.del").read_text() == "ran"
+    with duckdb.connect(str(db), read_only=True) as con:   # the store is whole after that exit
+        assert con.execute("SELECT count(*) FROM decode_windows").fetchone()[0] > 0

@@ -12,8 +12,9 @@ Each part runs as its own process, interleaved with the others, `--repeats` time
 - `store only`: specwatch's own rows (read back from the database a real ingest made, untimed)
   inserted into a new database in one INSERT per table on all DuckDB threads (its fastest shape:
   one Arrow batch per row group, each compressed on a thread of its own), committed and closed;
-  time inside the process after reading the rows. `store only, non-NULL cols` stores only the columns that are
-  not NULL on every row of this log, in a table of those columns (a narrower schema's bound).
+  time inside the process after reading the rows. `store only, non-NULL cols` stores only the
+  columns that are not NULL on every row of this log, in a table of those columns (a narrower
+  schema's bound).
 - `specwatch ingest`: the whole command.
 
 The bound printed is `imports + max(scan wall, store wall, (scan CPU + store CPU) / CPUs)`:

@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import ROOT, commit, generate  # noqa: E402
+from bench_ingest import ROOT, commit, generate, run_measured  # noqa: E402
 
 
 def parse_variant(spec: str) -> tuple[str, dict[str, str]]:
@@ -51,30 +49,27 @@ def main() -> None:
         db = Path(d) / "ab.duckdb"
         greps: list[float] = []
         walls: dict[str, list[float]] = {k: [] for k in variants}
+        rss: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(args.repeats):
-            t = time.perf_counter()
-            subprocess.run(["grep", "-c", "Decode batch", str(log)], stdout=subprocess.PIPE,
-                           check=True)
-            greps.append(time.perf_counter() - t)
+            greps.append(run_measured(["grep", "-c", "Decode batch", str(log)])[0])
             for label, env in variants.items():
                 for p in (db, Path(f"{db}.wal")):
                     p.unlink(missing_ok=True)
                 e = dict(env)
                 cwd = e.pop("CWD", None) or ROOT
-                t = time.perf_counter()
-                out = subprocess.run([sys.executable, "-m", "specwatch.cli", "ingest", str(log),
-                                      "--db", str(db)], env={**os.environ, **e}, cwd=cwd,
-                                     capture_output=True, text=True)
-                walls[label].append(time.perf_counter() - t)
-                if out.returncode != 0:
-                    raise SystemExit(f"variant {label}: specwatch ingest failed:\n{out.stderr}")
+                wall, _, peak = run_measured([sys.executable, "-m", "specwatch.cli", "ingest",
+                                              str(log), "--db", str(db)],
+                                             env={**os.environ, **e}, cwd=cwd)
+                walls[label].append(wall)
+                rss[label].append(peak)
     print(f"commit {commit()}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs "
           f"(this host, shared), no weights; Python {sys.version.split()[0]}")
     print(f"grep -c: {' '.join(f'{x:.3f}' for x in greps)}; median {statistics.median(greps):.3f}")
     for label, ws in walls.items():
         g = [w / x for w, x in zip(ws, greps)]
         print(f"{label:<12} {' '.join(f'{w:.2f}' for w in ws)}; median {statistics.median(ws):.3f}"
-              f" s, {statistics.median(g):.1f}x grep ({min(g):.1f}-{max(g):.1f})")
+              f" s, {statistics.median(g):.1f}x grep ({min(g):.1f}-{max(g):.1f}), peak RSS "
+              f"{statistics.median(rss[label]):.0f} MB")
     for label, ws in walls.items():
         if label == "default":
             continue

@@ -110,6 +110,54 @@ def test_small_chunks_store_what_one_chunk_stores(tmp_path, monkeypatch):
         assert a[t] == b[t], t
 
 
+@pytest.mark.parametrize("stream_bytes", [9000, 50_000])
+def test_streamed_chunks_stay_within_stream_bytes_and_store_what_one_chunk_stores(
+        tmp_path, monkeypatch, stream_bytes):
+    # A one-shot ingest streams chunks of at most stream_bytes (the first half that) however
+    # large its chunk_bytes, and what it stores is what one chunk of the whole file stores.
+    # (No value here makes the store refuse a line: that ends the stream, `_drain`.)
+    log = tmp_path / "gen.log"
+    generate(log, 12000, seed=stream_bytes)
+    whole, streamed = tmp_path / "whole.duckdb", tmp_path / "streamed.duckdb"
+    drain(whole, log, chunk_bytes=1 << 30, overlap=False)
+    sizes = []
+    real = ingest.FileIngestor._read
+
+    def read(self, *a, **kw):
+        chunk = real(self, *a, **kw)
+        if chunk is not None:
+            sizes.append(chunk.end - chunk.offset)
+        return chunk
+
+    monkeypatch.setattr(ingest.FileIngestor, "_read", read)
+    ing = ingest.FileIngestor(streamed, log, "r", chunk_bytes=1 << 20, overlap=True,
+                              stream_bytes=stream_bytes)
+    assert ing.stream_bytes == stream_bytes
+    try:
+        ing.prefetch()
+        res = ing.poll()
+    finally:
+        ing.close()
+    assert res.bytes_read == log.stat().st_size
+    longest = max(len(line) for line in log.read_bytes().split(b"\n")) + 1
+    assert len(sizes) >= log.stat().st_size // stream_bytes
+    assert sizes[0] <= stream_bytes // 2 + longest        # a chunk ends at its last whole line
+    assert max(sizes) <= stream_bytes + longest
+    a, b = dump(whole), dump(streamed)
+    assert len(a["decode_windows"]) > 4000
+    for t in TABLES:
+        assert a[t] == b[t], t
+
+
+def test_a_streamed_chunk_feeds_every_scan_thread_a_piece(monkeypatch):
+    for threads, want in ((1, ingest.STREAM_MIN_BYTES), (2, ingest.STREAM_MIN_BYTES),
+                          (8, 8 * fastscan.PIECE_BYTES), (16, 16 * fastscan.PIECE_BYTES)):
+        monkeypatch.setenv("SPECWATCH_SCAN_THREADS", str(threads))
+        assert ingest.stream_chunk_bytes() == max(want, ingest.STREAM_MIN_BYTES)
+    # never more than the chunks of a statement of their own
+    assert ingest.FileIngestor("x.duckdb", "x.log", chunk_bytes=4096).stream_bytes == 4096
+
+
 def _mixed_log(path, seed: int):
     """Generated lines, every sample log, captured (prefixed) cases, lookalikes, declared samples,
     bad UTF-8 and binary lines, and a compose-prefixed stretch."""

@@ -29,7 +29,14 @@ from specwatch.logs.logfile import IngestError, expand_paths, open_log
 from specwatch.logs.rows import Batches, parse_chunk, parse_chunk_checked
 
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst while following a file
-BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: scanned while the previous chunk is inserted
+BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: a chunk stored in an INSERT of its own
+# One-shot ingest, streamed (`FileIngestor._stream`): chunks of at most this many bytes (and of at
+# least a scanner piece per scan thread, `stream_chunk_bytes`). DuckDB takes a stream's rows in
+# batches of one row group whatever the chunks are, so a small chunk costs it nothing, and each
+# chunk's read and scanner buffers are reused sooner: 2M lines on 2 CPUs, 64 MB chunks -> 24 MB:
+# page faults 160K -> 100K, peak RSS 740 -> 540 MB, 0.87x the wall (benchmarks/results/
+# ingest_issue28_s41.md).
+STREAM_MIN_BYTES = 24 << 20
 # A follower holds a record at the end of a growing file that the next line may continue until
 # that line comes or the file has not grown for this long (docker writes the 16 KiB pieces of one
 # message back to back; a tail poll lands between them now and then).
@@ -102,7 +109,8 @@ class FileIngestor:
     never read (tail was down). gzip/zstd files are read transparently (`open_log`).
     `overlap` (one-shot ingest): the file is stored in transactions of several chunks each, its
     decode windows streamed into one INSERT while the next chunk is read (in parts, at once) and
-    scanned on a thread (`_stream`); chunks grow from an eighth of `chunk_bytes`, so that DuckDB
+    scanned on a thread (`_stream`); the chunks streamed are at most `stream_bytes` (default
+    `stream_chunk_bytes()`, never more than `chunk_bytes`), the first half that, so that DuckDB
     starts early.
     A record that the next line might still continue (a hard-wrapped record, see `reassemble`) is
     stored at the end of the file as it is, unless `hold_at_eof` (a follower of a growing file):
@@ -112,11 +120,12 @@ class FileIngestor:
                  chunk_bytes: int = CHUNK_BYTES, known_only: bool = False,
                  adopt_modified_after: float | None = None, overlap: bool = False,
                  hold_at_eof: bool = False, align_rows: int = ROW_GROUP_ROWS,
-                 hold: bulk.WriterHold | None = None):
+                 hold: bulk.WriterHold | None = None, stream_bytes: int | None = None):
         self.db = str(db)
         self.path = os.path.abspath(path)
         self.run_id = run_id
         self.chunk_bytes = chunk_bytes
+        self.stream_bytes = min(chunk_bytes, stream_bytes or stream_chunk_bytes())
         self.known_only = known_only
         self.adopt_modified_after = adopt_modified_after
         self.overlap = overlap
@@ -179,10 +188,10 @@ class FileIngestor:
             return
         pool = ThreadPoolExecutor(1)
         placeholder = schema.Source(source_id=_PREFETCH_ID, path=self.path)
-        # an eighth of a chunk (the next ones twice as large each, `_stream`): DuckDB starts
-        # storing soon after the setup
+        # half a streamed chunk (the next ones twice as large, up to stream_bytes, `_stream`):
+        # DuckDB starts storing soon after the setup
         self._prefetch = (pool.submit(self._read, placeholder, 0, 0, end, False,
-                                      self.chunk_bytes // 8), pool, end)
+                                      max(1, self.stream_bytes // 2)), pool, end)
 
     def _prefetched(self, src: schema.Source, end: int) -> _Chunk | None:
         """The chunk `prefetch` read, when it is the start of `src` as the file is now."""
@@ -423,9 +432,9 @@ class FileIngestor:
                         self._src = None   # replaced while read: identified again next time
                         return
                     if chunk.end < end:
-                        # twice the last chunk, up to chunk_bytes: DuckDB gets rows soon after
-                        # the start, and whole chunks once it is busy
-                        want = min(self.chunk_bytes, 2 * (chunk.end - chunk.offset))
+                        # twice the last chunk, up to stream_bytes: DuckDB gets rows soon after
+                        # the start
+                        want = min(self.stream_bytes, 2 * (chunk.end - chunk.offset))
                         ahead = pool.submit(self._read, src, chunk.end,
                                             chunk.lines_done + chunk.batches.lines, end, True,
                                             want)
@@ -536,6 +545,13 @@ def bulk_chunk_bytes() -> int:
     each (benchmarks/bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups
     per statement, 0.37 s at 8 on 8 threads)."""
     return BULK_CHUNK_BYTES * max(1, min(4, fastscan.scan_threads() // 2))
+
+
+def stream_chunk_bytes() -> int:
+    """A one-shot ingest's streamed chunk: STREAM_MIN_BYTES, or more where the chunk is scanned on
+    more threads than that feeds a piece each (`fastscan.scan_threads` x `fastscan.PIECE_BYTES`;
+    64 MB on 16 CPUs)."""
+    return max(STREAM_MIN_BYTES, fastscan.scan_threads() * fastscan.PIECE_BYTES)
 
 
 def ensure_run(db: str | Path, run_id: str, hold: bulk.WriterHold | None = None,

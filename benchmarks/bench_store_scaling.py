@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from specwatch.db import store
-from specwatch.logs import ingest, rows
+from specwatch.logs import bulk, ingest, rows
 
 ROW_GROUP = ingest.ROW_GROUP_ROWS
 
@@ -62,7 +62,7 @@ def main() -> None:
     data = open(log, "rb").read()
     chunks, at = [], 0
     while at < len(data):
-        cut = data.rfind(b"\n", at, at + ingest.BULK_CHUNK_BYTES) + 1
+        cut = data.rfind(b"\n", at, at + bulk.BULK_CHUNK_BYTES) + 1
         cut = cut if cut > at else len(data)
         chunks.append((at, data[at:cut]))
         at = cut

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, SAMPLES, assert_rows_close, drain
-from specwatch.logs import fastscan, formats, ingest
+from specwatch.logs import bulk, fastscan, formats, ingest
 from specwatch.db import store
 
 pytestmark = pytest.mark.skipif(not fastscan.available(), reason="C accelerator not built")
@@ -150,10 +150,10 @@ def test_streamed_chunks_stay_within_stream_bytes_and_store_what_one_chunk_store
 
 
 def test_a_streamed_chunk_feeds_every_scan_thread_a_piece(monkeypatch):
-    for threads, want in ((1, ingest.STREAM_MIN_BYTES), (2, ingest.STREAM_MIN_BYTES),
+    for threads, want in ((1, bulk.STREAM_MIN_BYTES), (2, bulk.STREAM_MIN_BYTES),
                           (8, 8 * fastscan.PIECE_BYTES), (16, 16 * fastscan.PIECE_BYTES)):
         monkeypatch.setenv("SPECWATCH_SCAN_THREADS", str(threads))
-        assert ingest.stream_chunk_bytes() == max(want, ingest.STREAM_MIN_BYTES)
+        assert bulk.stream_chunk_bytes() == max(want, bulk.STREAM_MIN_BYTES)
     # never more than the chunks of a statement of their own
     assert ingest.FileIngestor("x.duckdb", "x.log", chunk_bytes=4096).stream_bytes == 4096
 

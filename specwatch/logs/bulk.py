@@ -1,5 +1,6 @@
 """What a one-shot bulk ingest keeps across the chunks of a file: one writer connection
-(`WriterHold`) and the buffers chunks are read and scanned into (`Buffers`).
+(`WriterHold`) and the buffers chunks are read and scanned into (`Buffers`); how large its chunks
+are (`bulk_chunk_bytes`, `stream_chunk_bytes`).
 
 Used by `ingest.FileIngestor` when it overlaps scanning with inserting (`overlap`); a follower
 (`tail`) opens a writer per burst and lets its small buffers go.
@@ -16,6 +17,33 @@ from pathlib import Path
 
 from specwatch.logs import fastscan
 from specwatch.db import store
+
+
+BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: a chunk stored in an INSERT of its own
+# One-shot ingest, streamed (`FileIngestor._stream`): chunks of at most this many bytes (and of at
+# least a scanner piece per scan thread, `stream_chunk_bytes`). DuckDB takes a stream's rows in
+# batches of one row group whatever the chunks are, so a small chunk costs it nothing, and each
+# chunk's read and scanner buffers are reused sooner: 2M lines on 2 CPUs, 64 MB chunks -> 24 MB:
+# page faults 160K -> 100K, peak RSS 780 -> 540 MB, 0.87-0.96x the wall in interleaved runs
+# (benchmarks/results/ingest_issue28_s41.md).
+STREAM_MIN_BYTES = 24 << 20
+
+
+def bulk_chunk_bytes() -> int:
+    """A one-shot ingest's chunk: BULK_CHUNK_BYTES, times half the threads a chunk is scanned on
+    (`fastscan.scan_threads`: half the CPUs, 1-8), at most 4x: a chunk is scanned in pieces on
+    those threads (`fastscan.PIECE_BYTES` each at least), and a chunk that falls back to one
+    INSERT of its own (`_commit`) holds several DuckDB row groups, which DuckDB stores on a thread
+    each (benchmarks/bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups
+    per statement, 0.37 s at 8 on 8 threads)."""
+    return BULK_CHUNK_BYTES * max(1, min(4, fastscan.scan_threads() // 2))
+
+
+def stream_chunk_bytes() -> int:
+    """A one-shot ingest's streamed chunk: STREAM_MIN_BYTES, or more where the chunk is scanned on
+    more threads than that feeds a piece each (`fastscan.scan_threads` x `fastscan.PIECE_BYTES`;
+    64 MB on 16 CPUs)."""
+    return max(STREAM_MIN_BYTES, fastscan.scan_threads() * fastscan.PIECE_BYTES)
 
 
 _KEEP_FREED = False

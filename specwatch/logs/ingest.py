@@ -29,14 +29,6 @@ from specwatch.logs.logfile import IngestError, expand_paths, open_log
 from specwatch.logs.rows import Batches, parse_chunk, parse_chunk_checked
 
 CHUNK_BYTES = 32 << 20     # read this much per parse/commit burst while following a file
-BULK_CHUNK_BYTES = 64 << 20   # one-shot ingest: a chunk stored in an INSERT of its own
-# One-shot ingest, streamed (`FileIngestor._stream`): chunks of at most this many bytes (and of at
-# least a scanner piece per scan thread, `stream_chunk_bytes`). DuckDB takes a stream's rows in
-# batches of one row group whatever the chunks are, so a small chunk costs it nothing, and each
-# chunk's read and scanner buffers are reused sooner: 2M lines on 2 CPUs, 64 MB chunks -> 24 MB:
-# page faults 160K -> 100K, peak RSS 740 -> 540 MB, 0.87x the wall (benchmarks/results/
-# ingest_issue28_s41.md).
-STREAM_MIN_BYTES = 24 << 20
 # A follower holds a record at the end of a growing file that the next line may continue until
 # that line comes or the file has not grown for this long (docker writes the 16 KiB pieces of one
 # message back to back; a tail poll lands between them now and then).
@@ -110,7 +102,7 @@ class FileIngestor:
     `overlap` (one-shot ingest): the file is stored in transactions of several chunks each, its
     decode windows streamed into one INSERT while the next chunk is read (in parts, at once) and
     scanned on a thread (`_stream`); the chunks streamed are at most `stream_bytes` (default
-    `stream_chunk_bytes()`, never more than `chunk_bytes`), the first half that, so that DuckDB
+    `bulk.stream_chunk_bytes()`, never more than `chunk_bytes`), the first half that, so that DuckDB
     starts early.
     A record that the next line might still continue (a hard-wrapped record, see `reassemble`) is
     stored at the end of the file as it is, unless `hold_at_eof` (a follower of a growing file):
@@ -125,7 +117,7 @@ class FileIngestor:
         self.path = os.path.abspath(path)
         self.run_id = run_id
         self.chunk_bytes = chunk_bytes
-        self.stream_bytes = min(chunk_bytes, stream_bytes or stream_chunk_bytes())
+        self.stream_bytes = min(chunk_bytes, stream_bytes or bulk.stream_chunk_bytes())
         self.known_only = known_only
         self.adopt_modified_after = adopt_modified_after
         self.overlap = overlap
@@ -537,23 +529,6 @@ class FileIngestor:
         return True
 
 
-def bulk_chunk_bytes() -> int:
-    """A one-shot ingest's chunk: BULK_CHUNK_BYTES, times half the threads a chunk is scanned on
-    (`fastscan.scan_threads`: half the CPUs, 1-8), at most 4x: a chunk is scanned in pieces on
-    those threads (`fastscan.PIECE_BYTES` each at least), and a chunk that falls back to one
-    INSERT of its own (`_commit`) holds several DuckDB row groups, which DuckDB stores on a thread
-    each (benchmarks/bench_store_scaling.py: 0.88-0.96 s for a 2M-line log's windows at 2 groups
-    per statement, 0.37 s at 8 on 8 threads)."""
-    return BULK_CHUNK_BYTES * max(1, min(4, fastscan.scan_threads() // 2))
-
-
-def stream_chunk_bytes() -> int:
-    """A one-shot ingest's streamed chunk: STREAM_MIN_BYTES, or more where the chunk is scanned on
-    more threads than that feeds a piece each (`fastscan.scan_threads` x `fastscan.PIECE_BYTES`;
-    64 MB on 16 CPUs)."""
-    return max(STREAM_MIN_BYTES, fastscan.scan_threads() * fastscan.PIECE_BYTES)
-
-
 def ensure_run(db: str | Path, run_id: str, hold: bulk.WriterHold | None = None,
                **fields) -> bool:
     """Create the run unless it exists; True when it was created. `hold`: write through it."""
@@ -579,7 +554,7 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
             # costs an open, a schema check and a checkpoint at close), given back for readers
             # every BULK_HOLD_S and at the end
             hold = bulk.WriterHold(db, BULK_HOLD_S)
-            ing = FileIngestor(db, path, run_id, chunk_bytes=bulk_chunk_bytes(), overlap=True,
+            ing = FileIngestor(db, path, run_id, chunk_bytes=bulk.bulk_chunk_bytes(), overlap=True,
                                hold=hold)
             try:
                 ing.prefetch()   # the first chunk is read and scanned while the run is set up

@@ -230,6 +230,26 @@ def test_piece_ends_anywhere_store_what_one_scan_stores(tmp_path, monkeypatch):
         assert a[t] == b[t], t
 
 
+def test_buffers_of_a_scan_that_failed_are_written_again():
+    # A scan that raises built no column from the buffers it took: they are free for the next
+    # chunk (they stayed taken for good, and a bulk ingest's reuse list filled with them).
+    line = b"[2026-01-01 00:00:00] Decode batch, #running-req: 3, #token: 5, token usage: 0.10, " \
+           b"accept len: 2.50, gen throughput (token/s): 1.0, #queue-req: 0\n"
+    bufs = fastscan.Buffers(1 << 16)
+    assert not bufs.dec.free() and not bufs.pre.free()        # taken for a scan
+    with pytest.raises(TypeError):
+        fastscan.scan(line.decode(), 0, 0, buffers=bufs)      # str is not a buffer
+    assert bufs.dec.free() and bufs.pre.free()
+    again = fastscan.Buffers(1 << 16, dec=bufs.dec, pre=bufs.pre)
+    assert again.dec is bufs.dec and again.pre is bufs.pre
+    res = fastscan.scan(line * 3, 0, 0, buffers=again)
+    # (the last line of a buffer goes to Python, which reads on past it)
+    assert res.decode["accept_len"].to_pylist() == [2.5] * 2 and len(res.slow_lines) == 1
+    assert not bufs.dec.free()                                # its columns are alive
+    del res
+    assert bufs.dec.free()
+
+
 def test_scan_threads_setting_is_checked(monkeypatch):
     monkeypatch.setenv("SPECWATCH_SCAN_THREADS", "0")
     with pytest.raises(ValueError, match="SPECWATCH_SCAN_THREADS='0'"):

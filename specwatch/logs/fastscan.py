@@ -185,6 +185,11 @@ class _Kind:
     def take(self) -> None:
         self._lease = _TAKEN
 
+    def give_up(self) -> None:
+        """The scan it was taken for failed: no column was built, it may be written again."""
+        if self._lease is _TAKEN:
+            self._lease = None
+
     def buffers(self) -> tuple:
         return (self.i64, self.i32, self.f64, self.i8, self.soff, *self.sdata)
 
@@ -259,11 +264,16 @@ def scan(data, base_offset: int, base_line: int, buffers: Buffers | None = None,
         buffers = Buffers(len(data))
     threads = scan_threads() if threads is None else threads
     pieces = min(threads, len(data) // PIECE_BYTES)
-    if pieces > 1 and hasattr(data, "find"):
-        counts = _scan_pieces(data, base_offset, base_line, buffers, pieces)
-    else:
-        counts = _fastscan.scan(data, base_offset, base_line, buffers.dec.buffers(),
-                                buffers.pre.buffers(), buffers.sl)
+    try:
+        if pieces > 1 and hasattr(data, "find"):
+            counts = _scan_pieces(data, base_offset, base_line, buffers, pieces)
+        else:
+            counts = _fastscan.scan(data, base_offset, base_line, buffers.dec.buffers(),
+                                    buffers.pre.buffers(), buffers.sl)
+    except BaseException:
+        buffers.dec.give_up()   # nothing was built from them: free to write again
+        buffers.pre.give_up()
+        raise
     nd, npf, ns, fbad, nbad, fbin, nbin, dlens, plens, nlines = counts
     return ScanResult(buffers.dec.columns(nd, dlens), buffers.pre.columns(npf, plens),
                       buffers.sl[:ns].copy(), fbad, nbad, fbin, nbin, nlines, buffers)

@@ -155,7 +155,8 @@ def test_a_streamed_chunk_feeds_every_scan_thread_a_piece(monkeypatch):
         monkeypatch.setenv("SPECWATCH_SCAN_THREADS", str(threads))
         assert bulk.stream_chunk_bytes() == max(want, bulk.STREAM_MIN_BYTES)
     # never more than the chunks of a statement of their own
-    assert ingest.FileIngestor("x.duckdb", "x.log", chunk_bytes=4096).stream_bytes == 4096
+    assert ingest.FileIngestor("x.duckdb", "x.log", chunk_bytes=4096,
+                               overlap=True).stream_bytes == 4096
 
 
 def _mixed_log(path, seed: int):

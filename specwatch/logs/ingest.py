@@ -117,7 +117,8 @@ class FileIngestor:
         self.path = os.path.abspath(path)
         self.run_id = run_id
         self.chunk_bytes = chunk_bytes
-        self.stream_bytes = min(chunk_bytes, stream_bytes or bulk.stream_chunk_bytes())
+        self.stream_bytes = (min(chunk_bytes, stream_bytes or bulk.stream_chunk_bytes())
+                             if overlap else chunk_bytes)   # (only a one-shot ingest streams)
         self.known_only = known_only
         self.adopt_modified_after = adopt_modified_after
         self.overlap = overlap

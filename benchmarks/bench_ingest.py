@@ -182,6 +182,11 @@ def stored_rows(db: Path) -> int:
                            "(SELECT count(*) FROM prefill_windows)").fetchone()[0]
 
 
+def cpus() -> str:
+    """The device line's CPUs: those this process may run on, of the host's."""
+    return f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs (this host, shared)"
+
+
 def commit(root: Path = ROOT) -> str:
     """HEAD of `root`; SPECWATCH_COMMIT overrides it for this tree (the device tool's copy of the
     tree can carry stale git metadata: pass the commit the tree was sent at)."""
@@ -298,7 +303,7 @@ def main() -> None:
         if args.captured:  # the compose rows are compared with grep on the compose file
             cgrep = statistics.median(w for w, _, _ in results["grep -c (compose)"])
         vs = f" (vs {', '.join(other)})" if other else ""
-        print(f"commit {commit()}{vs}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs (this host, shared), no weights")
+        print(f"commit {commit()}{vs}, device: {cpus()}, no weights")
         print(f"file: {args.lines} lines, {size_mb:.0f} MB, {want} decode+prefill lines expected")
         print(f"{'method':<22} {'wall_s (each rep)':<22} {'median':>8} {'x grep':>7} "
               f"{'peak_rss_mb':>12} {'rows':>9} {'rows ok':>8}")

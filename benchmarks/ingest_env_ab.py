@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import ROOT, commit, generate, run_measured  # noqa: E402
+from bench_ingest import ROOT, commit, cpus, generate, run_measured  # noqa: E402
 
 
 def parse_variant(spec: str) -> tuple[str, dict[str, str]]:
@@ -62,8 +62,7 @@ def main() -> None:
                                              env={**os.environ, **e}, cwd=cwd)
                 walls[label].append(wall)
                 rss[label].append(peak)
-    print(f"commit {commit()}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs "
-          f"(this host, shared), no weights; Python {sys.version.split()[0]}")
+    print(f"commit {commit()}, device: {cpus()}, no weights; Python {sys.version.split()[0]}")
     print(f"grep -c: {' '.join(f'{x:.3f}' for x in greps)}; median {statistics.median(greps):.3f}")
     for label, ws in walls.items():
         g = [w / x for w, x in zip(ws, greps)]

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import ROOT, commit, generate, run_measured  # noqa: E402
+from bench_ingest import ROOT, commit, cpus, generate, run_measured  # noqa: E402
 
 SCAN = """
 import sys, time, os
@@ -135,8 +135,7 @@ def main() -> None:
                     p.unlink()
     med = {k: statistics.median(v) for k, v in times.items()}
     grep = med["grep -c"]
-    print(f"commit {commit()}, device: {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs "
-          f"(this host, shared), no weights; Python {sys.version.split()[0]}")
+    print(f"commit {commit()}, device: {cpus()}, no weights; Python {sys.version.split()[0]}")
     print(f"file: {args.lines} lines, {size_mb:.0f} MB; rows: "
           + ", ".join(f"{k} {v}" for k, v in rows.items()))
     mcpu = {k: statistics.median(v) for k, v in cpu.items() if v}

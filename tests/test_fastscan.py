@@ -150,10 +150,10 @@ def test_streamed_chunks_stay_within_stream_bytes_and_store_what_one_chunk_store
 
 
 def test_a_streamed_chunk_feeds_every_scan_thread_a_piece(monkeypatch):
-    for threads, want in ((1, bulk.STREAM_MIN_BYTES), (2, bulk.STREAM_MIN_BYTES),
-                          (8, 8 * fastscan.PIECE_BYTES), (16, 16 * fastscan.PIECE_BYTES)):
+    for threads, want in ((1, 24 << 20), (2, 24 << 20), (3, 24 << 20), (4, 32 << 20),
+                          (8, 64 << 20), (16, 128 << 20)):
         monkeypatch.setenv("SPECWATCH_SCAN_THREADS", str(threads))
-        assert bulk.stream_chunk_bytes() == max(want, bulk.STREAM_MIN_BYTES)
+        assert bulk.stream_chunk_bytes() == want, threads
     # never more than the chunks of a statement of their own
     assert ingest.FileIngestor("x.duckdb", "x.log", chunk_bytes=4096,
                                overlap=True).stream_bytes == 4096

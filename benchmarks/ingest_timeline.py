@@ -43,7 +43,9 @@ def now() -> float:
     return time.perf_counter() - ORIGIN
 
 
-def wrap(owner, name: str, label: str | None = None) -> None:
+def wrap(owner, name: str, label: str | None = None, table_arg: int | None = None) -> None:
+    """Record each call of owner.name; `table_arg`: the positional argument naming the table,
+    added to the label."""
     fn = getattr(owner, name)
 
     @functools.wraps(fn)
@@ -52,7 +54,10 @@ def wrap(owner, name: str, label: str | None = None) -> None:
         try:
             return fn(*a, **k)
         finally:
-            EVENTS.append((t, now(), threading.current_thread().name, label or name))
+            what = label or name
+            if table_arg is not None and len(a) > table_arg:
+                what = f"{what} {a[table_arg]}"
+            EVENTS.append((t, now(), threading.current_thread().name, what))
     setattr(owner, name, timed)
 
 
@@ -70,7 +75,10 @@ def main() -> None:
     wrap(fastscan, "scan", "C scan")
     wrap(fastscan, "_copy_piece", "copy piece")
     wrap(store, "one_table")
-    wrap(store, "insert", "insert")
+    wrap(store, "insert", "insert", table_arg=1)
+    wrap(store, "insert_by_name", "INSERT statement", table_arg=1)
+    wrap(stream, "insert_whole_groups", "rows of the other tables", table_arg=1)
+    wrap(store, "set_checkpoint")
     wrap(summaries, "_fold", "fold (numpy)")
     wrap(summaries, "merge_delta")
     wrap(summaries, "merge_deltas")

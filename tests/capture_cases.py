@@ -255,6 +255,8 @@ def capture(cls: str, rng: random.Random, base: Base) -> Case:
         return Case(cls, json.dumps({k: entry[k] for k in keys}, separators=(",", ":")), base,
                     dict(line_prefix=f"{ts} {host} {unit}[{pid}]: ", outer_ts=ts, host=host,
                          unit=unit, unit_pid=pid))
+    if cls == "shipper_json":
+        return _shipper_json(rng, base)
     if cls == "wrapper":
         # a launcher or supervisor that logs each line of its child with a record of its own,
         # whose message introduces the child's line (`... INFO sglang stdout: [ts TP0] ...`)
@@ -273,9 +275,62 @@ def capture(cls: str, rng: random.Random, base: Base) -> Case:
     raise KeyError(cls)
 
 
+def _shipper_json(rng: random.Random, base: Base) -> Case:
+    """One JSON record of a log shipper or a cloud export holding `base`'s line, in the shape
+    that tool writes (keys in any order): its time as written there, or as RFC3339 UTC where
+    the record holds a number; its pod and container where it names them."""
+    line = base.text
+    secs = rng.randint(17 * 10 ** 8, 18 * 10 ** 8)
+    t = dt.datetime.fromtimestamp(secs, dt.timezone.utc)
+    iso, ms, us, ns = _rfc3339(rng), rng.randint(0, 999), rng.randint(0, 10 ** 6 - 1), \
+        rng.randint(0, 10 ** 9 - 1)
+    pod = f"{_name(rng)}-{rng.randint(0, 9)}-{rng.getrandbits(20):05x}"
+    ctr = rng.choice(["server", "sglang", "vllm"])
+    k8s = dict(pod=pod, container=ctr, line_prefix=f"[pod/{pod}/{ctr}] ")
+    form = rng.randrange(10)
+    if form == 0:     # Elasticsearch / ECS (Filebeat)
+        rec, parts = {"@timestamp": iso, "message": line, "log.level": "info",
+                      "host": {"name": _name(rng)}}, dict(outer_ts=iso)
+    elif form == 1:   # Vector's kubernetes_logs source
+        rec = {"message": line, "timestamp": iso, "stream": rng.choice(["stdout", "stderr"]),
+               "kubernetes": {"pod_name": pod, "container_name": ctr, "pod_namespace": "serve"}}
+        parts = dict(outer_ts=iso, **k8s)
+    elif form == 2:   # Google Cloud Logging, a text entry of a GKE container
+        rec = {"textPayload": line + rng.choice(["", "\n"]), "timestamp": iso,
+               "severity": "INFO", "resource": {"type": "k8s_container", "labels": {
+                   "pod_name": pod, "container_name": ctr, "namespace_name": "serve"}}}
+        parts = dict(outer_ts=iso, **k8s)
+    elif form == 3:   # Google Cloud Logging, a structured entry
+        rec, parts = {"jsonPayload": {"message": line}, "timestamp": iso}, dict(outer_ts=iso)
+    elif form == 4:   # CloudWatch Logs export: milliseconds since the epoch
+        rec = {"timestamp": secs * 1000 + ms, "message": line,
+               "ingestionTime": secs * 1000 + ms + 40}
+        parts = dict(outer_ts=f"{t:%Y-%m-%dT%H:%M:%S}.{ms:03d}Z")
+    elif form == 5:   # OpenTelemetry (OTLP JSON): nanoseconds as a string, body an AnyValue
+        rec = {"timeUnixNano": str(secs * 10 ** 9 + ns), "severityText": "INFO",
+               "body": {"stringValue": line}}
+        parts = dict(outer_ts=f"{t:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z")
+    elif form == 6:   # Loki (logcli --output=jsonl)
+        rec = {"labels": {"app": _name(rng)}, "line": line, "timestamp": iso}
+        parts = dict(outer_ts=iso)
+    elif form == 7:   # Fluent Bit's CRI parser: the flag in `logtag`, no newline
+        rec = {"time": iso, "stream": "stdout", "logtag": "F", "log": line}
+        parts = dict(outer_ts=iso)
+    elif form == 8:   # a Go/zap-style shipper: seconds as a float
+        rec = {"level": "info", "ts": secs + us / 10 ** 6, "msg": line}
+        parts = dict(outer_ts=f"{t:%Y-%m-%dT%H:%M:%S}.{us:06d}Z")
+    else:             # Elasticsearch hit as exported from Kibana
+        rec = {"_index": "logs-serve", "_id": f"{rng.getrandbits(64):x}",
+               "_source": {"message": line, "@timestamp": iso}}
+        parts = dict(outer_ts=iso)
+    keys = list(rec)
+    rng.shuffle(keys)
+    return Case("shipper_json", json.dumps({k: rec[k] for k in keys}), base, parts)
+
+
 CLASSES = ("compose", "compose_timestamps", "swarm", "kubectl", "journald", "pylogging", "grep",
            "fileref", "markdown_code", "markdown_table", "docker_json", "cri", "grep_compose",
-           "journald_json", "wrapper", "unknown")
+           "journald_json", "shipper_json", "wrapper", "unknown")
 
 
 def case_of(rng: random.Random, cls: str, pool) -> Case:
@@ -323,7 +378,7 @@ def lookalikes(seed: int, n: int = 200) -> list[str]:
                   if msg[i - 1].isalpha() and msg[i].isalpha() and ": " not in
                   msg[msg.rfind(", ", 0, i) + 1:i] and "metrics: " not in msg[:i][-9:]]
         cut = msg[:rng.choice(inside)] if inside else msg[:len(msg) // 2]
-        k = rng.randrange(9)
+        k = rng.randrange(11)
         if k == 0:
             out.append(f"the {cut} line is printed every 40 steps")
         elif k == 1:
@@ -342,8 +397,14 @@ def lookalikes(seed: int, n: int = 200) -> list[str]:
             out.append(f"I grep for `{msg.split(',')[0]}` and see {rng.randint(0, 99)} hits")
         elif k == 7:
             out.append(f"Q: why is `{cut}` cut off?")
-        else:
+        elif k == 8:
             out.append(f"{_name(rng)}: {msg.split(':')[0]}: {rng.random():.2f} in the report table")
+        elif k == 9:   # a shipper's JSON record whose message is prose quoting a metric
+            out.append(json.dumps({"message": f"the {cut} line is printed every 40 steps",
+                                   "@timestamp": _rfc3339(rng)}))
+        else:          # JSON that is no log record: a completion or a request holding a line
+            key = rng.choice(["text", "prompt", "content", "output"])
+            out.append(json.dumps({key: b.text, "meta_info": {"id": f"{rng.getrandbits(32):x}"}}))
     return out
 
 

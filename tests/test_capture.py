@@ -1,12 +1,12 @@
 """Issue 28: a metric line is found by its message wherever the capture path puts it.
 
 Cases come from classes (docker compose, swarm, kubectl --prefix, journald, Python logging formats,
-grep, pasted file references, markdown, docker JSON, CRI, stacked and unknown prefixes) with
-several random variants each (tests/capture_cases.py, seeded); every expected value is the one the
-line was printed with. Property: any printable prefix (no newline, no record header of its own)
-before a valid line keeps the line's values exact, through the Python parser and the C scanner
-and into a real DuckDB file. Lookalikes (prose, code, tables, tracebacks quoting a metric) store
-nothing.
+grep, pasted file references, markdown, docker JSON, log shippers' and cloud exports' JSON records,
+CRI, stacked and unknown prefixes) with several random variants each (tests/capture_cases.py,
+seeded); every expected value is the one the line was printed with. Property: any printable prefix
+(no newline, no record header of its own) before a valid line keeps the line's values exact,
+through the Python parser and the C scanner and into a real DuckDB file. Lookalikes (prose, code,
+tables, tracebacks and JSON quoting a metric) store nothing.
 """
 from __future__ import annotations
 

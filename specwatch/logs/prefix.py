@@ -1,5 +1,6 @@
 """The text around a log message: quoting (markdown table rows, backticks), terminal control
-codes, docker's JSON log lines, and the line prefix. Pure functions on one line of text.
+codes, JSON log records (docker, journald, log shippers, cloud exports), and the line prefix.
+Pure functions on one line of text.
 
 A line is `[capture prefix][log prefix]message`. The log prefix is what the server's logger printed
 (SGLang's `[ts ranks] `, vLLM's `(APIServer pid=1) INFO 06-07 04:22:04 [loggers.py:259] `, a
@@ -76,6 +77,7 @@ _FILEREF = re.compile(rf"@({_PATH})(?::(\d+)(?:-\d+)?)?(?= )")
 _COMPOSE = re.compile(r"([A-Za-z0-9][\w.\-@]*) *\| ")
 # kubectl logs --prefix: `[pod/NAME/CONTAINER] `
 _KUBECTL = re.compile(r"\[pod/([^/\s\[\]]+)/([^/\s\[\]]+)\](?= )")
+_K8S_NAME = re.compile(r"[^/\s\[\]]+")
 _MONTH = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 # journald (journalctl short / short-precise / short-iso) and syslog files: `TS host unit[pid]: `
 _JOURNALD = re.compile(
@@ -163,24 +165,111 @@ def unjson(line: str) -> str:
     """A JSON log line -> the line as its capture path prints it as text. docker's json-file
     driver (`/var/lib/docker/containers/*/*-json.log`) writes
     `{"log":"msg\\n","stream":"stderr","time":"2026-...Z"}`: -> `2026-...Z stderr F msg` (P when
-    the piece has no newline: docker split a message longer than 16 KiB); `journalctl -o json`:
-    see `_journal_json`. Other lines unchanged."""
+    the piece has no newline: docker split a message longer than 16 KiB; a whole line of a record
+    that names its Kubernetes pod, `[pod/NAME/CONTAINER] TS msg`); `journalctl -o json`:
+    see `_journal_json`; any other JSON log record (a log shipper's or a cloud export's): see
+    `_record_json`. Other lines unchanged."""
     try:
         d = json.loads(line)
     except ValueError:
         return line
-    if isinstance(d, dict) and "MESSAGE" in d and "log" not in d:
-        return _journal_json(d, line)
-    if not isinstance(d, dict) or not isinstance(d.get("log"), str):
+    if not isinstance(d, dict):
         return line
+    if "MESSAGE" in d and "log" not in d:
+        return _journal_json(d, line)
+    if not isinstance(d.get("log"), str):
+        return _record_json(d, line)
     msg = d["log"]
-    whole = msg.endswith("\n")
+    # Fluent Bit's CRI parser keeps the flag in `logtag` and drops the newline
+    whole = d["logtag"] == "F" if d.get("logtag") in ("F", "P") else msg.endswith("\n")
     msg = msg.rstrip("\r\n")
     t, stream = d.get("time"), d.get("stream")
-    if isinstance(t, str) and isinstance(stream, str) and OUTER_TS.match(t + " ") and \
-            stream in ("stdout", "stderr"):
+    if not (isinstance(t, str) and OUTER_TS.match(t + " ")):
+        return f"{_pod_prefix(d)}{msg}"
+    if whole and (pod := _pod_prefix(d)):   # a shipper's record of a pod: as kubectl prints it
+        return f"{pod}{t} {msg}"
+    if isinstance(stream, str) and stream in ("stdout", "stderr"):
         return f"{t} {stream} {'F' if whole else 'P'} {msg}"
     return msg
+
+
+# Where a JSON log record keeps the logged line, in the order they are tried: Elastic/ECS,
+# Datadog, Vector, Fluent Bit (`Message_Key`), CloudWatch Logs exports (`message`); Go/zap-style
+# shippers (`msg`); Google Cloud Logging (`textPayload`, or `jsonPayload.message` of a structured
+# entry); OpenTelemetry (`body`, in OTLP JSON `{"stringValue": ...}`); Loki/Grafana exports
+# (`line`); AWS (`@message`); Elasticsearch hits (`_source.message`).
+_MESSAGE_KEYS = ("message", "msg", "textPayload", "body", "line", "@message")
+_NESTED_MESSAGE = ("jsonPayload", "fields", "record", "_source")
+# ... and its time: RFC3339 text, or a number (or a string of digits: OTLP's `timeUnixNano`) of
+# seconds, ms, us or ns since the epoch
+_TIME_KEYS = ("@timestamp", "timestamp", "time", "ts", "date", "timeUnixNano",
+              "observedTimeUnixNano", "receiveTimestamp")
+
+
+def _record_json(d: dict, line: str) -> str:
+    """A JSON log record of a log shipper or a cloud export -> `TS msg` as `kubectl logs
+    --timestamps` prints a line (and `[pod/NAME/CONTAINER] ` before it when the record names its
+    Kubernetes pod and container, as `--prefix` prints them), so the prefix rules read its parts.
+    The line is the first string under a known message key (`_MESSAGE_KEYS`), at the top or one
+    level down under `_NESTED_MESSAGE` (where its time and pod are looked for first); a record
+    with none is returned unchanged."""
+    for rec in (d, *(d[k] for k in _NESTED_MESSAGE if isinstance(d.get(k), dict))):
+        msg = next((m for m in map(_text, (rec.get(k) for k in _MESSAGE_KEYS)) if m is not None),
+                   None)
+        if msg is not None:
+            break
+    else:
+        return line
+    msg = msg.rstrip("\r\n")
+    times = (_rfc3339(r.get(k)) for r in (rec, d) for k in _TIME_KEYS)
+    ts = next((t for t in times if t is not None), None)
+    pod = _pod_prefix(rec) or _pod_prefix(d)
+    return f"{pod}{ts + ' ' if ts else ''}{msg}"
+
+
+def _text(v) -> str | None:
+    """A message value: a string, or OTLP's AnyValue holding one."""
+    if isinstance(v, dict):
+        v = v.get("stringValue")
+    return v if isinstance(v, str) else None
+
+
+def _rfc3339(v) -> str | None:
+    """A record's time as RFC3339 text: a string that is one already (kept as written), or a
+    number since the epoch in s, ms, us or ns by its size (CloudWatch: ms), in UTC."""
+    if isinstance(v, str) and v.isdigit() and len(v) < 21:
+        v = int(v)
+    if isinstance(v, str):
+        return v if OUTER_TS.match(v + " ") else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e20:
+        return None
+    digits = next(e for e in (0, 3, 6, 9, 12) if v < 1e11 * 10 ** e)
+    if digits > 9:
+        return None
+    if isinstance(v, int):
+        whole, frac = divmod(v, 10 ** digits)
+    else:   # a fraction of a second: to the microsecond
+        us = round(v * 10 ** (6 - digits))
+        (whole, frac), digits = divmod(us, 10**6), 6
+    try:
+        t = dt.datetime.fromtimestamp(whole, dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return f"{t:%Y-%m-%dT%H:%M:%S}" + (f".{frac:0{digits}d}" if digits else "") + "Z"
+
+
+def _pod_prefix(d: dict) -> str:
+    """`[pod/NAME/CONTAINER] ` for a record that names its Kubernetes pod and container (Fluent
+    Bit's and Fluentd's kubernetes filter: `kubernetes.pod_name`/`container_name`; Google Cloud
+    Logging: `resource.labels.pod_name`/`container_name`), else ''."""
+    for meta in (d.get("kubernetes"), (d.get("resource") or {}).get("labels")
+                 if isinstance(d.get("resource"), dict) else None):
+        if isinstance(meta, dict):
+            pod, con = meta.get("pod_name"), meta.get("container_name")
+            if isinstance(pod, str) and isinstance(con, str) and \
+                    _K8S_NAME.fullmatch(pod) and _K8S_NAME.fullmatch(con):
+                return f"[pod/{pod}/{con}] "
+    return ""
 
 
 def _journal_json(d: dict, line: str) -> str:

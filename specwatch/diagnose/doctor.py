@@ -1,8 +1,9 @@
 """Explain why a speculative config underperforms, with the stored numbers and log lines behind it.
 
 `diagnose(db, run)` loads the store once, read-only (context), and runs the checks of each concern:
-aux-layer ids (auxids), speed (speed), serving health and failed configs (serving); a finding and its
-renderings are in `finding`, exit codes in the CLI. It never recomputes a metric the views define.
+aux-layer ids (auxids), speed (speed), serving health and failed configs (serving), the acceptance
+rule (verification); a finding and its renderings are in `finding`, exit codes in the CLI. It never
+recomputes a metric the views define.
 Each finding names its run, a code, a severity, the numbers and the exact log lines (file, line
 number, byte offset) or request rows behind it, and a next step. A check whose inputs
 are NULL says nothing: a missing number is never replaced by a default.
@@ -21,6 +22,9 @@ Codes (severity):
   first_window_contaminated (warning).
   engine_aux_capture (warning|info) vLLM captures at the ids as given, SGLang at id + 1: the same
                                    draft config feeds other layers on the other engine (engines.py).
+  lossy_verification (warning)     the engine accepted drafts by a relaxed, lossy rule (SGLang accept
+                                   thresholds < 1, vLLM FLy): acceptance and speedup are not those of
+                                   lossless speculative decoding (verification.py).
   config_failed (error)            the server died before it was ready: its real cause, its log, a hint.
   schedule_dropped_under_dp, adaptive_steps0_cold_draft (warning|info)  a batch-size schedule
                                    hits an engine limit (schedule.py).
@@ -29,7 +33,7 @@ Not a tuner: it says what is wrong and where to look, not which config is best (
 """
 from __future__ import annotations
 
-from specwatch.diagnose import auxids, context, engines, schedule, serving, speed
+from specwatch.diagnose import auxids, context, engines, schedule, serving, speed, verification
 from specwatch.diagnose.finding import SEVERITY_ORDER, Finding
 
 
@@ -43,6 +47,7 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
     findings, checked, cache = [], [], {}
     schedules = schedule.load(db, ctx)
     logged_aux = engines.logged_ids(db, ctx)
+    lossy = verification.load(db, ctx)
     for row in ctx.scope:
         if row["status"] == "failed":
             checked.append(row)
@@ -56,6 +61,7 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
         acc = auxids.check_accept(ctx, row, ws, probe) + auxids.check_probe(ctx, row, probe)
         findings += acc
         findings += engines.check(row, logged_aux)
+        findings += verification.check(row, lossy)
         blocker = next((f.code for f in acc if f.severity == "error"), None)
         findings += speed.check_speed(ctx, row, blocker)
         findings += speed.check_accept_rate(ctx, row)

@@ -1,0 +1,102 @@
+"""Doctor: a speculative config whose verifier is not lossless.
+
+Speculative decoding pays only if it keeps the target model's outputs, and accept lengths and
+speedups compare across configs only under one acceptance rule. Two engine settings relax the
+rule; a config served with one is measured correctly but answers another question
+(`lossy_verification`, warning):
+
+- SGLang `speculative_accept_threshold_single` / `speculative_accept_threshold_acc` below 1.0
+  (server_args; sglang/srt/arg_groups/fields/spec.py, 0.5.23: a draft token is accepted when its
+  target probability exceeds `threshold_single`, else with probability min(1, p / threshold_acc)).
+  At the default 1.0 both are exact rejection sampling. Only sampled requests are affected:
+  greedy verification compares argmaxes either way.
+- vLLM `rejection_sample_method='fly'` (0.33+, its `non-default args:` line;
+  vllm/config/speculative.py: "FLy's lossy, entropy-gated deferred window"). `standard` and
+  `block` (block verification) are lossless; `synthetic` is simulated acceptance (`simulated`).
+
+`load(db, ctx)` reads the settings from `server_configs.args` once; `check(row, lossy)` judges one
+config row. A setting the log does not show says nothing: missing is neither lossless nor lossy.
+"""
+from __future__ import annotations
+
+import json
+
+from specwatch.diagnose.context import Context, select
+from specwatch.diagnose.finding import Evidence, Finding, Ref
+from specwatch.logs import configline
+
+SGLANG_THRESHOLDS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+VLLM_LOSSY = {"fly": "FLy: lossy, entropy-gated deferred acceptance"}
+
+
+def load(db, ctx: Context) -> dict:
+    """{(run_id, config_offset): (numbers, Ref)} for each SGLang server_args line of a run in
+    scope, and {run_id: (numbers, Ref)} for the last vLLM `non-default args:` line before a run's
+    range ends; numbers hold only the settings the line printed."""
+    out: dict = {}
+    ids = sorted({r["run_id"] for r in ctx.scope})
+    if not ids:
+        return out
+    marks = ", ".join("?" * len(ids))
+    for r in select(db, f"""
+            SELECT rs.run_id, c.source_id, c.byte_offset, c.line_no, c.config_kind,
+              TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[0]}' AS DOUBLE) AS th_single,
+              TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[1]}' AS DOUBLE) AS th_acc,
+              c.args->>'speculative_config' AS spec
+            FROM server_configs c JOIN run_sources rs ON c.source_id = rs.source_id
+             AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
+            WHERE c.config_kind IN ('server_args', 'vllm_args') AND c.args IS NOT NULL
+              AND rs.run_id IN ({marks})
+            ORDER BY rs.run_id, c.source_id, c.byte_offset""", ids):
+        path = ctx.paths.get(r["source_id"], r["source_id"])
+        if r["config_kind"] == "server_args":
+            numbers = {k: v for k, v in zip(SGLANG_THRESHOLDS, (r["th_single"], r["th_acc"]))
+                       if v is not None}
+            out[(r["run_id"], r["byte_offset"])] = (numbers, Ref(
+                "server_configs", path, r["line_no"], r["byte_offset"], r["run_id"],
+                "server_args line"))
+            continue
+        method = configline.spec_dict(_loads(r["spec"])).get("rejection_sample_method")
+        out[r["run_id"]] = ({"rejection_sample_method": method} if isinstance(method, str)
+                            else {}, Ref("server_configs", path, r["line_no"], r["byte_offset"],
+                                         r["run_id"], "vLLM's non-default args line"))
+    return out
+
+
+def _loads(text: str | None):
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def check(row: dict, lossy: dict) -> list[Finding]:
+    """`lossy_verification` for one speculative config row, when its config relaxed the rule."""
+    got = lossy.get((row["run_id"], row["config_offset"])) or lossy.get(row["run_id"])
+    if got is None:
+        return []
+    numbers, ref = got
+    acc = row.get("accept_len")
+    said = f" (accept length {acc:.2f})" if acc is not None else ""
+    relaxed = {k: v for k, v in numbers.items() if k in SGLANG_THRESHOLDS and v < 1.0}
+    if relaxed:
+        title = ("SGLang accepted draft tokens by a relaxed rule (" + ", ".join(
+            f"{k}={v:g}" for k, v in relaxed.items()) + "): sampled requests kept tokens exact "
+            f"verification rejects, so this config's acceptance{said} and speedup are not those of "
+            "lossless speculative decoding, and its outputs are not the target model's")
+        hint = ("before deploying it, measure the same config at 1.0 (the default: exact "
+                "rejection sampling) and judge the relaxed one's output quality separately; greedy "
+                "requests (temperature 0) are verified exactly either way")
+    elif numbers.get("rejection_sample_method") in VLLM_LOSSY:
+        m = numbers["rejection_sample_method"]
+        title = (f"vLLM verified drafts with rejection_sample_method='{m}' ({VLLM_LOSSY[m]}): "
+                 f"this config's acceptance{said} and speedup are not those of lossless "
+                 "speculative decoding, and its outputs are not the target model's")
+        hint = ("before deploying it, measure the same config with rejection_sample_method "
+                "'standard' (the default) or 'block' (both lossless) and judge the lossy one's "
+                "output quality separately")
+    else:
+        return []
+    return [Finding(row["run_id"], row["run_name"], "lossy_verification", "warning", title,
+                    Evidence({**numbers, "accept_len": acc}, (ref,)), hint,
+                    row.get("config_offset"))]

@@ -8,7 +8,9 @@ ingestor `tail` uses. Issue 15: gzip/zstd logs, files with no recognised line.
 """
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import os
 import re
 import shutil
@@ -185,15 +187,25 @@ def _sample(tmp_path):
     return plain, src.read_bytes()
 
 
-def test_gzip_and_zstd_logs_store_what_the_plain_log_stores(tmp_path):
+def test_compressed_and_utf16_logs_store_what_the_plain_log_stores(tmp_path):
     plain, data = _sample(tmp_path)
-    gz, zst = tmp_path / "server.log.1.gz", tmp_path / "server.log.2.zst"
-    gz.write_bytes(gzip.compress(data))
-    zst.write_bytes(zstandard.ZstdCompressor().compress(data))
-    assert logfile.compression(gz) == "gzip" and logfile.compression(zst) == "zstd"
+    text = data.decode()
+    made = {"gzip": ("server.log.1.gz", gzip.compress(data)),
+            "zstd": ("server.log.2.zst", zstandard.ZstdCompressor().compress(data)),
+            "xz": ("server.log.3.xz", lzma.compress(data)),
+            "bzip2": ("server.log.4.bz2", bz2.compress(data)),
+            # Windows PowerShell 5's `>` / Out-File: UTF-16 LE with its BOM, CRLF line ends
+            "utf-16-le": ("ps.log", b"\xff\xfe" + text.encode("utf-16-le")),
+            "utf-16-be": ("be.log", b"\xfe\xff" + text.encode("utf-16-be"))}
+    files = [plain]
+    for kind, (name, blob) in made.items():
+        f = tmp_path / name
+        f.write_bytes(blob)
+        assert logfile.compression(f) == kind, name
+        files.append(f)
     assert logfile.compression(plain) is None
     counts = []
-    for f in (plain, gz, zst):
+    for f in files:
         db = tmp_path / f"{f.name}.duckdb"
         run_cli("ingest", f, "--db", db)
         with duckdb.connect(str(db), read_only=True) as con:
@@ -201,7 +213,48 @@ def test_gzip_and_zstd_logs_store_what_the_plain_log_stores(tmp_path):
             counts.append(con.execute(
                 "SELECT count(*), round(sum(accept_len), 6), min(byte_offset), max(line_no) "
                 "FROM decode_windows").fetchone())
-    assert counts[0][0] > 10 and counts[0] == counts[1] == counts[2]
+    assert counts[0][0] > 10 and all(c == counts[0] for c in counts[1:]), counts
+    # PowerShell ends lines with CRLF: the same rows, offsets in the text it wrote
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(b"\xff\xfe" + text.replace("\n", "\r\n").encode("utf-16-le"))
+    run_cli("ingest", crlf, "--db", tmp_path / "crlf.duckdb")
+    with duckdb.connect(str(tmp_path / "crlf.duckdb"), read_only=True) as con:
+        got = con.execute("SELECT count(*), round(sum(accept_len), 6), min(byte_offset), "
+                          "max(line_no) FROM decode_windows").fetchone()
+    first = data.rindex(b"\n", 0, data.index(b"Decode batch")) + 1   # in UTF-8 bytes
+    assert got == (counts[0][0], counts[0][1], first + data.count(b"\n", 0, first), counts[0][3])
+    assert counts[0][2] == first
+
+
+def test_a_utf16_log_being_written_is_read_up_to_its_last_complete_line(tmp_path, db):
+    _, data = _sample(tmp_path)
+    lines = data.decode().splitlines(keepends=True)
+    log = tmp_path / "ps.log"
+    cut = len(lines) // 2
+    part = lines[cut][:len(lines[cut]) // 2]   # a line still being written
+    log.write_bytes(b"\xff\xfe" + ("".join(lines[:cut]) + part).encode("utf-16-le"))
+    ing = ingest.FileIngestor(db, log, "r", hold_at_eof=True)
+    first = ing.poll()
+    assert 0 < first.lines <= cut   # never the line still being written
+    os.utime(log, ns=(1, 1))   # (the rewrite below changes mtime on any clock)
+    log.write_bytes(b"\xff\xfe" + "".join(lines).encode("utf-16-le"))
+    ingest.HOLD_QUIET_S, quiet = 0.0, ingest.HOLD_QUIET_S
+    try:
+        done = [ing.poll()]
+        while done[-1].lines:
+            done.append(ing.poll())
+    finally:
+        ingest.HOLD_QUIET_S = quiet
+        ing.close()
+    assert {r.source_id for r in done} == {first.source_id}
+    assert first.lines + sum(r.lines for r in done) == data.count(b"\n")
+    with store.reader(db) as con:
+        got = con.execute("SELECT count(*), count(DISTINCT line_no) FROM decode_windows").fetchone()
+    plain = tmp_path / "plain.duckdb"
+    (tmp_path / "plain.log").write_bytes(data)
+    ingest.ingest_paths(plain, [str(tmp_path / "plain.log")])
+    with store.reader(plain) as con:
+        assert got == con.execute("SELECT count(*), count(*) FROM decode_windows").fetchone()
 
 
 def test_compressed_rotation_continues_the_source_it_came_from(tmp_path, db):

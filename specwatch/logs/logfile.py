@@ -1,8 +1,12 @@
-"""Open a log file for reading, whether plain or compressed by logrotate (gzip, zstd).
+"""Open a log file for reading, whether plain, compressed by logrotate (gzip, zstd, xz, bzip2) or
+written as UTF-16.
 
-A compressed file (`server.log.1.gz`, `server.log.2.zst`) is recognised by its magic bytes, not its
-name, and read through an anonymous scratch file holding the decompressed text, so callers get a
-seekable file with a descriptor (pread, fstat) either way. Offsets are offsets in the text.
+A compressed file (`server.log.1.gz`, `server.log.2.zst`, `.xz`, `.bz2`) is recognised by its magic
+bytes, not its name, and read through an anonymous scratch file holding the decompressed text, so
+callers get a seekable file with a descriptor (pread, fstat) either way. A UTF-16 file (its byte
+order mark: what Windows PowerShell 5's `>` and `Out-File` write, e.g. `kubectl logs pod >
+server.log`) is read the same way, as UTF-8 text, up to its last complete line (a line still
+being written waits, as in a plain file). Offsets are offsets in the text.
 
 Also: which files the paths given to `ingest`/`parse` name (`expand_paths`).
 Not for: deciding which files are rotated siblings (see `tail`), or identifying sources (`ingest`).
@@ -19,20 +23,29 @@ class IngestError(RuntimeError):
     """A file could not be read at all (missing, unreadable, a directory given as a file, ...)."""
 
 
-_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zXZ\x00": "xz",
+          b"BZh": "bzip2"}
+# UTF-16 by its byte order mark (UTF-32's starts like UTF-16 LE's, so it is told apart first)
+_BOM = {b"\xff\xfe\x00\x00": None, b"\x00\x00\xfe\xff": None,
+        b"\xff\xfe": "utf-16-le", b"\xfe\xff": "utf-16-be"}
+
+
+def _kind(head: bytes) -> str | None:
+    for magic, name in _MAGIC.items():
+        if head.startswith(magic) and (name != "bzip2" or head[3:4].isdigit()):
+            return name
+    return next((name for bom, name in _BOM.items() if head.startswith(bom)), None)
 
 
 def compression(path: str | os.PathLike) -> str | None:
-    """"gzip" or "zstd" when the file starts with that format's magic bytes, else None."""
+    """"gzip", "zstd", "xz", "bzip2" (by the format's magic bytes), "utf-16-le"/"utf-16-be" (by
+    the byte order mark) when the file is read through a text copy (`open_log`), else None."""
     try:
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(8)
     except OSError:
         return None
-    for magic, name in _MAGIC.items():
-        if head.startswith(magic):
-            return name
-    return None
+    return _kind(head)
 
 
 def _open_regular(path: str):
@@ -70,25 +83,18 @@ def open_log(path: str | os.PathLike):
         raise IngestError(f"{path}: permission denied") from None
     except OSError as exc:
         raise IngestError(f"{path}: cannot open: {exc.strerror}") from None
-    head = fh.read(4)
+    head = fh.read(8)
     fh.seek(0)
-    kind = next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+    kind = _kind(head)
     if kind is None:
         return fh
     out = tempfile.TemporaryFile(prefix="specwatch-")
     try:
         with fh:
-            if kind == "gzip":
-                import gzip
-                src = gzip.GzipFile(fileobj=fh)
+            if kind.startswith("utf-16"):
+                _transcode(fh, out, kind)
             else:
-                try:
-                    import zstandard
-                except ImportError:
-                    raise IngestError(f"{path}: zstd-compressed; install the `zstandard` package "
-                                      "to read it") from None
-                src = zstandard.ZstdDecompressor().stream_reader(fh)
-            shutil.copyfileobj(src, out, 1 << 20)
+                shutil.copyfileobj(_decompressor(path, kind, fh), out, 1 << 20)
     except IngestError:
         out.close()
         raise
@@ -98,6 +104,39 @@ def open_log(path: str | os.PathLike):
                           "compressed is read once it is complete") from None
     out.seek(0)
     return out
+
+
+def _decompressor(path: str, kind: str, fh):
+    """A readable stream of `fh`'s decompressed bytes."""
+    if kind == "gzip":
+        import gzip
+        return gzip.GzipFile(fileobj=fh)
+    if kind == "xz":
+        import lzma
+        return lzma.LZMAFile(fh)
+    if kind == "bzip2":
+        import bz2
+        return bz2.BZ2File(fh)
+    try:
+        import zstandard
+    except ImportError:
+        raise IngestError(f"{path}: zstd-compressed; install the `zstandard` package to read "
+                          "it") from None
+    return zstandard.ZstdDecompressor().stream_reader(fh)
+
+
+def _transcode(fh, out, encoding: str) -> None:
+    """UTF-16 text of `fh` (after its byte order mark) -> UTF-8 in `out`, up to its last complete
+    line. Text that is not valid UTF-16 becomes U+FFFD, as undecodable bytes of a plain log do."""
+    import codecs
+    fh.seek(2)
+    dec = codecs.getincrementaldecoder(encoding)("replace")
+    tail = ""
+    while block := fh.read(1 << 20):
+        text = tail + dec.decode(block)
+        cut = text.rfind("\n") + 1
+        out.write(text[:cut].encode("utf-8"))
+        tail = text[cut:]
 
 
 def expand_paths(paths: list[str]) -> tuple[list[tuple[Path, str]], list[str]]:

@@ -66,9 +66,9 @@ def _is_sibling(name: str, base: str) -> bool:
 
 
 # Names logrotate gives rotated files: `.1`, `.2`, ... or dateext `-20250101`, `-2025-01-01-1700`,
-# compressed or not (`.1.gz`, `.2.zst`: `ingest.open_log` reads them). Not `.err` or `-worker1`:
-# those may be other logs that share the prefix.
-_ROTATED_SUFFIX = re.compile(r"[.-][0-9][0-9._-]*(?:\.gz|\.zst)?")
+# compressed or not (`.1.gz`, `.2.zst`, `.3.xz`, `.4.bz2`: `ingest.open_log` reads them). Not
+# `.err` or `-worker1`: those may be other logs that share the prefix.
+_ROTATED_SUFFIX = re.compile(r"[.-][0-9][0-9._-]*(?:\.gz|\.zst|\.xz|\.bz2)?")
 
 
 def _following_since(db: str, run_id: str) -> float:

@@ -72,10 +72,14 @@ MODULES = {
 # in `aux_hidden_state_layers` (the ids, `set_aux_hidden_state_layers`), called with start_layer
 # before the first layer and idx + 1 after layer idx (llama.py, qwen2.py, qwen3_moe.py; Qwen3Model
 # is a Qwen2Model). So one id list captures one layer earlier on vLLM than on SGLang (id + 1).
-# tests/contract_vllm/test_aux_layers_contract.py reads these classes.
-VLLM_RULES: dict[str, dict[str, str]] = {"0.32.0": {
-    "LlamaForCausalLM": AS_GIVEN, "Qwen2ForCausalLM": AS_GIVEN, "Qwen3ForCausalLM": AS_GIVEN,
-    "Qwen3MoeForCausalLM": AS_GIVEN}}
+# tests/contract_vllm/test_aux_layers_contract.py reads these classes. The same code in the PyPI
+# wheels of 0.33.0 and 0.34.0 (interfaces.py `_maybe_add_hidden_state` and
+# `_set_aux_hidden_state_layers`, the call sites in llama.py, qwen2.py, qwen3_moe.py; read
+# 2026-12-07): the same rules.
+_VLLM_0_32 = {"LlamaForCausalLM": AS_GIVEN, "Qwen2ForCausalLM": AS_GIVEN,
+              "Qwen3ForCausalLM": AS_GIVEN, "Qwen3MoeForCausalLM": AS_GIVEN}
+VLLM_RULES: dict[str, dict[str, str]] = {"0.32.0": _VLLM_0_32, "0.33.0": _VLLM_0_32,
+                                         "0.34.0": _VLLM_0_32}
 VLLM_MODULES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                 "Qwen3ForCausalLM": "qwen2", "Qwen3MoeForCausalLM": "qwen3_moe"}
 

@@ -66,8 +66,9 @@ _ENGINE_INIT = re.compile(r"Initializing an? (?:V[01] )?L$")
 # vLLM's engine id before the throughput header; markup glued before it (`>Engine 000:` in a
 # markdown quote, `` `Engine 000: ``, a byte-order mark) is not part of the id, a word is
 _ENGINE_ID = re.compile(r"(?<![A-Za-z0-9.])(Engine \d+|\d+ Engines Aggregated): $")
-# vLLM's EAGLE-3 aux hidden-state layers (v1/worker/gpu_model_runner.py, 0.32 CPU runner; and
-# v1/worker/gpu/spec_decode/eagle/eagle3_utils.py): a tuple repr, `(5,)` for one id
+# vLLM's EAGLE-3 aux hidden-state layers (v1/worker/gpu_model_runner.py, the V1 runner of 0.32-0.33,
+# removed in 0.34; and v1/worker/gpu/spec_decode/eagle/eagle3_utils.py, 0.32-0.34): a tuple repr,
+# `(5,)` for one id
 _AUX = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (speculative config|config|model): "
                   r"[(\[]((?:-?\d+, )*-?\d+)?,?[)\]]$")
 _RANGE = re.compile(r"(\S+) \[(\S+), (\S+)\]")   # DSpark's `est uncap acc len: M [lo, hi]`

@@ -2,14 +2,16 @@
 into a real DuckDB file: SGLang 0.5.23's EAGLE-3 sample (its `server_args=` dict prints both accept
 thresholds) and a real vLLM 0.32 CPU log (its `non-default args:` line), each with the setting
 written in as a user would have passed it. Lossless settings and logs that print no setting say
-nothing."""
+nothing. `recommend` leaves such a config out of a schedule, saying why."""
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
-from specwatch.diagnose import doctor
+from specwatch.db import store
+from specwatch.diagnose import doctor, recommend
 from specwatch.logs import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,3 +89,45 @@ def test_vllm_fly_is_a_lossy_rule_standard_and_block_are_not(tmp_path, method, l
 def test_a_vllm_log_that_prints_no_method_says_nothing(tmp_path):
     (tmp_path / "models").mkdir()
     assert _diagnose(tmp_path, VLLM.read_text().replace("MODEL_DIR", str(tmp_path / "models"))) == []
+
+
+DRAFT = "/models/sglang-EAGLE3-LLaMA3.1-Instruct-8B"   # the sample log's draft and target
+TARGET = "/models/Llama-3.1-8B-Instruct"
+
+
+def _lossy_sweep(tmp_path: Path, single: str) -> Path:
+    """A sweep at concurrency 1, three repeats each: the baseline, k=1 and k=3 (clearly fastest);
+    every k=3 run's server log is the SGLang sample with threshold_single `single`."""
+    tmp_path.mkdir()
+    db = tmp_path / "sweep.duckdb"
+    plan = {"baseline": (None, [100, 104, 96]), "s1": (1, [130, 134, 126]),
+            "s3": (3, [170, 176, 164])}
+    with store.writer(db) as con:
+        for config, (steps, xs) in plan.items():
+            for rep, x in enumerate(xs):
+                spec = steps is not None
+                store.upsert_run(con, dict(
+                    run_id=f"lossy/{config}/r{rep}", run_name=f"{config}/r{rep}", origin="sweep",
+                    sweep_name="lossy", config_name=config, concurrency=1, repeat_idx=rep,
+                    status="ok", engine="sglang", model_path=TARGET, tp_size=1, dp_size=1,
+                    is_baseline=not spec, speculative_algorithm="EAGLE3" if spec else None,
+                    draft_model_path=DRAFT if spec else None, speculative_num_steps=steps,
+                    speculative_eagle_topk=1 if spec else None,
+                    speculative_num_draft_tokens=steps + 1 if spec else None,
+                    output_tok_s=float(x), sampling_fingerprint="fp",
+                    created_at=dt.datetime(2026, 12, 1, 10, rep)))
+    text = SGLANG.read_text().replace(SINGLE, SINGLE.replace("1.0", single))
+    for rep in range(3):
+        log = tmp_path / f"s3-r{rep}.log"
+        log.write_text(f"[2026-12-01 10:0{rep}:00] repeat {rep}\n" + text)
+        ingest.ingest_paths(db, [str(log)], run=f"lossy/s3/r{rep}")
+    return db
+
+
+def test_recommend_leaves_a_lossy_config_out_with_its_reason(tmp_path):
+    exact = recommend.recommend(_lossy_sweep(tmp_path / "exact", "1.0"), "sglang")
+    assert [b.config for b in exact.bands] == ["s3"] and not exact.excluded
+    lossy = recommend.recommend(_lossy_sweep(tmp_path / "lossy", "0.5"), "sglang")
+    assert [b.config for b in lossy.bands] == ["s1"]
+    (why,) = [e["reason"] for e in lossy.excluded if e["config"] == "s3"]
+    assert "lossy" in why and "thresholds below 1.0" in why

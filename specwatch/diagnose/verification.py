@@ -14,19 +14,31 @@ rule; a config served with one is measured correctly but answers another questio
   vllm/config/speculative.py: "FLy's lossy, entropy-gated deferred window"). `standard` and
   `block` (block verification) are lossless; `synthetic` is simulated acceptance (`simulated`).
 
-`load(db, ctx)` reads the settings from `server_configs.args` once; `check(row, lossy)` judges one
-config row. A setting the log does not show says nothing: missing is neither lossless nor lossy.
+`lossy_sql` is the one definition (doctor's `load` and `recommend` use it); `load(db, ctx)` reads
+the settings from `server_configs.args` once; `check(row, lossy)` judges one config row. A setting
+the log does not show says nothing: missing is neither lossless nor lossy.
 """
 from __future__ import annotations
 
-import json
-
 from specwatch.diagnose.context import Context, select
 from specwatch.diagnose.finding import Evidence, Finding, Ref
-from specwatch.logs import configline
 
 SGLANG_THRESHOLDS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
 VLLM_LOSSY = {"fly": "FLy: lossy, entropy-gated deferred acceptance"}
+
+
+def method_sql(c: str) -> str:
+    """SQL: vLLM's rejection_sample_method in server_configs row `c`'s args (its speculative_config
+    logged as a dict, or as the JSON text the flag was given as), else NULL."""
+    return (f"json_extract_string(TRY_CAST({c}.args->>'speculative_config' AS JSON), "
+            "'$.rejection_sample_method')")
+
+
+def lossy_sql(c: str) -> str:
+    """SQL: does server_configs row `c` print a lossy acceptance rule? (NULL when it prints none.)"""
+    relaxed = " OR ".join(f"TRY_CAST({c}.args->>'{k}' AS DOUBLE) < 1.0" for k in SGLANG_THRESHOLDS)
+    methods = ", ".join(f"'{m}'" for m in VLLM_LOSSY)
+    return f"({relaxed} OR {method_sql(c)} IN ({methods}))"
 
 
 def load(db, ctx: Context) -> dict:
@@ -42,7 +54,7 @@ def load(db, ctx: Context) -> dict:
             SELECT rs.run_id, c.source_id, c.byte_offset, c.line_no, c.config_kind,
               TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[0]}' AS DOUBLE) AS th_single,
               TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[1]}' AS DOUBLE) AS th_acc,
-              c.args->>'speculative_config' AS spec
+              {method_sql('c')} AS method, coalesce({lossy_sql('c')}, false) AS lossy
             FROM server_configs c JOIN run_sources rs ON c.source_id = rs.source_id
              AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
             WHERE c.config_kind IN ('server_args', 'vllm_args') AND c.args IS NOT NULL
@@ -52,22 +64,15 @@ def load(db, ctx: Context) -> dict:
         if r["config_kind"] == "server_args":
             numbers = {k: v for k, v in zip(SGLANG_THRESHOLDS, (r["th_single"], r["th_acc"]))
                        if v is not None}
-            out[(r["run_id"], r["byte_offset"])] = (numbers, Ref(
+            out[(r["run_id"], r["byte_offset"])] = (numbers, r["lossy"], Ref(
                 "server_configs", path, r["line_no"], r["byte_offset"], r["run_id"],
                 "server_args line"))
             continue
-        method = configline.spec_dict(_loads(r["spec"])).get("rejection_sample_method")
-        out[r["run_id"]] = ({"rejection_sample_method": method} if isinstance(method, str)
-                            else {}, Ref("server_configs", path, r["line_no"], r["byte_offset"],
-                                         r["run_id"], "vLLM's non-default args line"))
+        out[r["run_id"]] = ({"rejection_sample_method": r["method"]} if r["method"] else {},
+                            r["lossy"], Ref("server_configs", path, r["line_no"],
+                                            r["byte_offset"], r["run_id"],
+                                            "vLLM's non-default args line"))
     return out
-
-
-def _loads(text: str | None):
-    try:
-        return json.loads(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def check(row: dict, lossy: dict) -> list[Finding]:
@@ -75,7 +80,9 @@ def check(row: dict, lossy: dict) -> list[Finding]:
     got = lossy.get((row["run_id"], row["config_offset"])) or lossy.get(row["run_id"])
     if got is None:
         return []
-    numbers, ref = got
+    numbers, is_lossy, ref = got
+    if not is_lossy:
+        return []
     acc = row.get("accept_len")
     said = f" (accept length {acc:.2f})" if acc is not None else ""
     relaxed = {k: v for k, v in numbers.items() if k in SGLANG_THRESHOLDS and v < 1.0}

@@ -320,3 +320,74 @@ def test_the_c_scanner_is_built_and_in_step_with_lines_toml():
     assert fastscan._fastscan is not None, "specwatch.logs._fastscan not built (pip install -e .)"
     assert fastscan.format_drift() == []
     assert fastscan.available() or os.environ.get("SPECWATCH_NO_FASTSCAN") == "1"
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["scanner", "python"])
+def test_lines_after_a_hole_of_nul_bytes_are_read(tmp_path, monkeypatch, fast):
+    # logrotate's copytruncate under a writer without O_APPEND (`... > server.log`): the file is
+    # truncated, the writer goes on at its old offset and the first bytes read back as NULs; a
+    # crash leaves NULs where data never reached the disk. The text after a NUL run is a line.
+    monkeypatch.setenv("SPECWATCH_NO_FASTSCAN", "0" if fast else "1")
+    _, data = _sample(tmp_path)
+    cut = data.index(b"\n", len(data) // 3) + 1
+    rest = data[cut:]
+    mid = data.index(b"\n", cut + len(rest) // 2) + 1
+    shapes = {"copytruncate": b"\x00" * cut + rest,
+              "crash": data[:mid] + b"\x00" * 5000 + data[mid:],
+              "torn": data[:mid] + b"\x00" * 700 + b"\n" + data[mid:]}
+    want = {}
+    for name, part in (("rest", rest), ("whole", data)):
+        f = tmp_path / f"{name}.log"
+        f.write_bytes(part)
+        want[name] = _rows(tmp_path / f"{name}.duckdb", f)
+    for name, blob in shapes.items():
+        f = tmp_path / f"{name}.log"
+        f.write_bytes(blob)
+        (res,) = ingest.ingest_paths(tmp_path / f"{name}.duckdb", [str(f)])
+        assert any("NUL bytes skipped" in w for w in res.warnings), name
+        got = _rows(tmp_path / f"{name}.duckdb", f)
+        ref = want["rest"] if name == "copytruncate" else want["whole"]
+        assert [r[1:] for r in got] == [r[1:] for r in ref], name
+        # each row's offset is where its text starts in the file as it is
+        for off, text in ((r[0], r[1]) for r in got):
+            assert blob[off:blob.index(b"\n", off)].decode() == text, name
+
+
+def _rows(db, log) -> list[tuple]:
+    """(byte_offset, the line's text, accept_len, running_req) of every decode row, in file order."""
+    if not db.exists():
+        ingest.ingest_paths(db, [str(log)])
+    raw = log.read_bytes()
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT byte_offset, accept_len, running_req FROM decode_windows "
+                           "ORDER BY byte_offset").fetchall()
+    return [(o, raw[o:raw.index(b"\n", o)].decode(), a, n) for o, a, n in rows]
+
+
+def test_a_follower_reads_on_after_copytruncate_leaves_a_hole(tmp_path, db):
+    # tail during logrotate copytruncate: the follower read the file, logrotate truncated it,
+    # the server (no O_APPEND) wrote on at its old offset. Every line written after is stored.
+    _, data = _sample(tmp_path)
+    cut = data.index(b"\n", len(data) // 2) + 1
+    log = tmp_path / "server.log"
+    log.write_bytes(data[:cut])
+    ing = ingest.FileIngestor(db, log, "r", hold_at_eof=True)
+    ingest.HOLD_QUIET_S, quiet = 0.0, ingest.HOLD_QUIET_S
+    try:
+        while ing.poll().lines:
+            pass
+        with open(log, "r+b") as f:
+            f.truncate(0)
+            f.seek(cut)
+            f.write(data[cut:])
+        while ing.poll().lines:
+            pass
+    finally:
+        ingest.HOLD_QUIET_S = quiet
+        ing.close()
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(data)
+    with store.reader(db) as con:   # (the rows of the source before and of the one after)
+        got = con.execute("SELECT accept_len, running_req FROM decode_windows").fetchall()
+    want = [r[2:] for r in _rows(tmp_path / "plain.duckdb", plain)]
+    assert sorted(got) == sorted(want) and len(want) > 10

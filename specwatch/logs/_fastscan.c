@@ -587,12 +587,23 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             unsigned char c = (unsigned char)L[i];
             plain &= (c >= 0x20) & (c < 0x7f);
         }
-        if (!plain) {
-            if (memchr(L, 0, len)) {
-                if (first_bin < 0) first_bin = line_no;
-                n_bin++;
-                continue;
+        if (!plain && memchr(L, 0, len)) {
+            /* NUL bytes are never text a logger wrote (a copytruncate hole under a writer without
+             * O_APPEND, a crash before the data reached the disk): what follows the last one is
+             * the line, at its own offset (reassemble.feed_chunk does the same) */
+            if (first_bin < 0) first_bin = line_no;
+            n_bin++;
+            Py_ssize_t z = len;
+            while (z > 0 && L[z - 1] != 0) z--;
+            L += z; len -= z; off += z;
+            if (len == 0) continue;
+            plain = 1;
+            for (Py_ssize_t i = 0; i < len; i++) {
+                unsigned char c = (unsigned char)L[i];
+                plain &= (c >= 0x20) & (c < 0x7f);
             }
+        }
+        if (!plain) {
             int ascii = 1;
             for (Py_ssize_t i = 0; i < len; i++) if ((unsigned char)L[i] >= 0x80) { ascii = 0; break; }
             if (!ascii && !utf8_valid((const unsigned char *)L, len)) {

@@ -145,9 +145,15 @@ def capture_columns(parts: dict) -> dict:
 
 
 def clean(line: str) -> str:
-    """Drop the newline, terminal colour codes and tqdm-style carriage-return rewrites; a docker
-    json-file line becomes the message with its time and stream as a CRI line would print them."""
+    """Drop the newline, a run of NUL bytes before the text, terminal colour codes and tqdm-style
+    carriage-return rewrites; a JSON log record becomes its message as its capture path prints it
+    (`unjson`)."""
     line = line.rstrip("\r\n")
+    if "\0" in line:
+        # NUL bytes are never text a logger wrote: a hole left by logrotate's copytruncate under
+        # a writer without O_APPEND (`> server.log`), or a crash before the data reached the
+        # disk. What follows the last one is a line of its own.
+        line = line[line.rindex("\0") + 1:]
     if line.startswith('{"'):
         line = unjson(line)
     if "\x1b" in line:

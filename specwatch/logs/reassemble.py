@@ -273,8 +273,8 @@ def feed_chunk(r: Reassembler, data: bytes, start_offset: int, start_line: int,
     """Complete lines in `data` (ending with a newline; file offset `start_offset`, after
     `start_line` lines) -> the logical records they complete, for ingest's Python path: only
     lines with a `parse.ANCHORS` anchor are parsed, plus the line after a held record (its
-    continuation has no anchor). Lines with NUL bytes are skipped (numbers appended to `binary`),
-    undecodable ones read with replacement characters (appended to `bad_utf8`). The held record
+    continuation has no anchor). A line with NUL bytes is read from after the last one (its number
+    appended to `binary`), undecodable ones with replacement characters (appended to `bad_utf8`). The held record
     stays in `r` across chunks: call `r.flush()` at the end of the input, or, when more may come,
     commit only up to `r.pending` and feed from there again next time."""
     anchors = parse.ANCHORS
@@ -284,11 +284,17 @@ def feed_chunk(r: Reassembler, data: bytes, start_offset: int, start_line: int,
         here = offset
         offset += len(raw) + 1
         if b"\x00" in raw:
+            # NUL bytes are never text a logger wrote (a copytruncate hole under a writer without
+            # O_APPEND, a crash before the data reached the disk): what follows the last one is
+            # the line, at its own offset; it never continues a held record
             if binary is not None:
                 binary.append(line_no)
             if r.holding:
                 yield from r.flush()
-            continue
+            cut = raw.rindex(b"\x00") + 1
+            raw, here = raw[cut:], here + cut
+            if not raw:
+                continue
         if not r.holding:
             for a in anchors:
                 if a in raw:

@@ -229,6 +229,11 @@ def logical_row(lg: reassemble.Logical, source_id: str, path: str) -> tuple[str,
                                           got.reason, got.field, lg.text)
 
 
+# lines with NUL bytes: each is read from after its last NUL (reassemble.feed_chunk, the scanner)
+_NUL_WARNING = ("NUL bytes skipped (binary data, or a hole: logrotate copytruncate under a writer "
+                "without O_APPEND, a crash), the text after them read")
+
+
 def _warn(result, path: str, what: str, first: int, n: int) -> None:
     if n:
         more = f" ({n} lines like this)" if n > 1 else ""
@@ -310,7 +315,7 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
             cursor = rel
         _warn(result, path, "invalid UTF-8, read with replacement characters", sr.first_bad_utf8,
               sr.n_bad_utf8)
-        _warn(result, path, "binary data (NUL bytes), skipped", sr.first_binary, sr.n_binary)
+        _warn(result, path, _NUL_WARNING, sr.first_binary, sr.n_binary)
         cols = {"decode_windows": sr.decode, "prefill_windows": sr.prefill}
     else:
         bad_utf8: list[int] = []
@@ -320,7 +325,7 @@ def parse_chunk(data: bytes, source_id: str, path: str, start_offset: int, start
         lines = data.count(b"\n")
         _warn(result, path, "invalid UTF-8, read with replacement characters",
               bad_utf8[0] if bad_utf8 else -1, len(bad_utf8))
-        _warn(result, path, "binary data (NUL bytes), skipped", binary[0] if binary else -1,
+        _warn(result, path, _NUL_WARNING, binary[0] if binary else -1,
               len(binary))
         cols = {}
     consumed = len(data)

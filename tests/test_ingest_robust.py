@@ -287,6 +287,9 @@ def test_a_broken_compressed_file_is_a_clear_error(tmp_path, db):
         ingest.FileIngestor(db, cut, "r").poll()
     p = run_cli("ingest", cut, "--db", db, check=False)
     assert p.returncode == 1 and "cannot decompress" in p.stderr and "Traceback" not in p.stderr
+    if db.exists():   # the file read nothing: no run is left for it
+        with duckdb.connect(str(db), read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("content", [
@@ -391,3 +394,38 @@ def test_a_follower_reads_on_after_copytruncate_leaves_a_hole(tmp_path, db):
         got = con.execute("SELECT accept_len, running_req FROM decode_windows").fetchall()
     want = [r[2:] for r in _rows(tmp_path / "plain.duckdb", plain)]
     assert sorted(got) == sorted(want) and len(want) > 10
+
+
+@pytest.mark.parametrize("kind", ["tar", "tar.gz", "tar.xz", "zip"])
+def test_an_archive_of_logs_is_refused_naming_how_to_extract_it(tmp_path, db, kind):
+    # a support bundle or a CI artifact: its files read as one log would mix their lines into one
+    # source and one run
+    import tarfile
+    import zipfile
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for s in ("sglang-0.5.23-llama8b-eagle3-s3k1.log", "vllm-0.11-eagle3.log"):
+        shutil.copy(SAMPLES / s, logs / s)
+    arc = tmp_path / f"bundle.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(arc, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(logs.iterdir()):
+                z.write(f, f"logs/{f.name}")
+        how = f"unzip {arc} -d DIR"
+    else:
+        with tarfile.open(arc, "w" + kind[3:].replace(".", ":")) as t:
+            t.add(logs, "logs")
+        how = f"tar xf {arc} -C DIR"
+    with pytest.raises(ingest.IngestError, match=re.escape(f"{arc}: a ")):
+        ingest.FileIngestor(db, arc, "r").poll()
+    p = run_cli("ingest", arc, "--db", db, check=False)
+    assert p.returncode == 1 and "Traceback" not in p.stderr and f"`{how}`" in p.stderr
+    # beside a real log in a directory: reported, the log stored
+    d = tmp_path / "dir"
+    d.mkdir()
+    shutil.copy(arc, d / arc.name)
+    shutil.copy(SAMPLES / "sglang-0.5.9-dp2-tp8-eagle3.log", d / "server.log")
+    p = run_cli("ingest", d, "--db", db)
+    assert f"{d / arc.name}: a " in p.stderr and "server.log: " in p.stdout
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT run_id FROM runs").fetchall() == [("server.log",)]

@@ -550,6 +550,7 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
     bulk.keep_freed_memory()
     for path, default_run in files:
         run_id = run or default_run
+        created = False
         try:
             # one writer connection for the run, the source and the chunks (each connection
             # costs an open, a schema check and a checkpoint at close), given back for readers
@@ -575,6 +576,8 @@ def ingest_paths(db: str | Path, paths: list[str], run: str | None = None) -> li
                 res.warnings.append(f"no SGLang or vLLM metric or config lines in {path}; "
                                     "is this a server log?")
         except IngestError as exc:
+            if created:   # a file that cannot be read (a broken gzip, an archive) leaves no run
+                forget_run_if_empty(db, run_id)
             res = IngestResult(str(path), warnings=[str(exc)])
         results.append(res)
     return results

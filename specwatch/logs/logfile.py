@@ -69,9 +69,9 @@ def _open_regular(path: str):
 
 
 def open_log(path: str | os.PathLike):
-    """A binary, seekable file object with the log's text: the file itself, or for a gzip/zstd
-    file (`server.log.1.gz`) an anonymous scratch file holding its decompressed bytes. Raises
-    IngestError naming the file when it cannot be read or decompressed."""
+    """A binary, seekable file object with the log's text: the file itself, or for a compressed or
+    UTF-16 file (`server.log.1.gz`) an anonymous scratch file holding its text. Raises IngestError
+    naming the file when it cannot be read or decompressed, or is a tar or zip archive."""
     path = str(path)
     try:
         fh = _open_regular(path)
@@ -83,10 +83,11 @@ def open_log(path: str | os.PathLike):
         raise IngestError(f"{path}: permission denied") from None
     except OSError as exc:
         raise IngestError(f"{path}: cannot open: {exc.strerror}") from None
-    head = fh.read(8)
+    head = fh.read(512)
     fh.seek(0)
     kind = _kind(head)
     if kind is None:
+        _refuse_archive(path, head, fh)
         return fh
     out = tempfile.TemporaryFile(prefix="specwatch-")
     try:
@@ -103,7 +104,23 @@ def open_log(path: str | os.PathLike):
         raise IngestError(f"{path}: cannot decompress ({kind}): {exc}; a file still being "
                           "compressed is read once it is complete") from None
     out.seek(0)
+    _refuse_archive(path, out.read(512), out)
+    out.seek(0)
     return out
+
+
+def _refuse_archive(path: str, head: bytes, fh) -> None:
+    """IngestError for a tar or zip archive (a support bundle, a CI artifact): its files would be
+    read as one log, their lines mixed into one source and one run."""
+    if head[257:262] == b"ustar":
+        what, how = "a tar archive", f"tar xf {path} -C DIR"
+    elif head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        what, how = "a zip archive", f"unzip {path} -d DIR"
+    else:
+        return
+    fh.close()
+    raise IngestError(f"{path}: {what}; specwatch reads each log file as a source of its own: "
+                      f"extract it (`{how}`) and ingest DIR")
 
 
 def _decompressor(path: str, kind: str, fh):

@@ -257,6 +257,23 @@ def capture(cls: str, rng: random.Random, base: Base) -> Case:
                          unit=unit, unit_pid=pid))
     if cls == "shipper_json":
         return _shipper_json(rng, base)
+    if cls == "json_logging" and base.sglang:
+        # a JSON formatter in the server's logging config (python-json-logger through
+        # SGLANG_LOGGING_CONFIG_PATH): the message alone, its own prefix as fields; sometimes
+        # shipped on with the shipper's time around it
+        ts, _ = _ts(rng)
+        ms, lvl = f"{rng.randint(0, 999):03d}", rng.choice(LEVELS)
+        logger = rng.choice(["sglang.srt.managers.scheduler",
+                             "sglang.srt.managers.scheduler_components.metrics_reporter"])
+        rec = {"asctime": f"{ts},{ms}", "levelname": lvl, "name": logger,
+               "message": base.message, "taskName": None}
+        parts = dict(log_level=lvl, logger=logger, timestamp=f"{ts},{ms}")
+        if rng.random() < 0.4:
+            outer = _rfc3339(rng)
+            rec["@timestamp"], parts["outer_ts"] = outer, outer
+        keys = list(rec)
+        rng.shuffle(keys)
+        return Case(cls, json.dumps({k: rec[k] for k in keys}), base, parts, own_replaced=True)
     if cls == "wrapper":
         # a launcher or supervisor that logs each line of its child with a record of its own,
         # whose message introduces the child's line (`... INFO sglang stdout: [ts TP0] ...`)
@@ -330,7 +347,7 @@ def _shipper_json(rng: random.Random, base: Base) -> Case:
 
 CLASSES = ("compose", "compose_timestamps", "swarm", "kubectl", "journald", "pylogging", "grep",
            "fileref", "markdown_code", "markdown_table", "docker_json", "cri", "grep_compose",
-           "journald_json", "shipper_json", "wrapper", "unknown")
+           "journald_json", "shipper_json", "json_logging", "wrapper", "unknown")
 
 
 def case_of(rng: random.Random, cls: str, pool) -> Case:
@@ -341,7 +358,7 @@ def case_of(rng: random.Random, cls: str, pool) -> Case:
         base = rng.choice(pool())
         if cls == "plain":
             return Case(cls, base.text, base)
-        if cls == "pylogging" and not base.sglang:
+        if cls in ("pylogging", "json_logging") and not base.sglang:
             continue
         case = capture(cls, rng, base)
         if cls == "pylogging" and case.parts.get("timestamp") is None:
@@ -356,7 +373,7 @@ def cases(seed: int, variants: int = 4) -> list[Case]:
     for _ in range(variants):
         for cls in CLASSES:
             for base in bases(rng):
-                if cls == "pylogging" and not base.sglang:
+                if cls in ("pylogging", "json_logging") and not base.sglang:
                     continue
                 if cls.startswith("markdown") and base.kind in ("server_args", "vllm_aux_layers"):
                     continue

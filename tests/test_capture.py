@@ -1,12 +1,13 @@
 """Issue 28: a metric line is found by its message wherever the capture path puts it.
 
 Cases come from classes (docker compose, swarm, kubectl --prefix, journald, Python logging formats,
-grep, pasted file references, markdown, docker JSON, log shippers' and cloud exports' JSON records,
-CRI, stacked and unknown prefixes) with several random variants each (tests/capture_cases.py,
-seeded); every expected value is the one the line was printed with. Property: any printable prefix
-(no newline, no record header of its own) before a valid line keeps the line's values exact,
-through the Python parser and the C scanner and into a real DuckDB file. Lookalikes (prose, code,
-tables, tracebacks and JSON quoting a metric) store nothing.
+grep, pasted file references, markdown, docker JSON, the JSON records of log shippers, cloud
+exports and JSON logging formatters, CRI, stacked and unknown prefixes) with several random
+variants each (tests/capture_cases.py, seeded); every expected value is the one the line was
+printed with. Property: any printable prefix (no newline, no record header of its own) before a
+valid line keeps the line's values exact, through the Python parser and the C scanner and into a
+real DuckDB file. Lookalikes (prose, code, tables, tracebacks and JSON quoting a metric) store
+nothing.
 """
 from __future__ import annotations
 
@@ -198,7 +199,7 @@ def test_every_class_through_both_ingest_paths_into_duckdb(tmp_path, monkeypatch
     # the scanner took the prefixed SGLang lines itself (not all handed back to Python)
     sr = fastscan.scan(log.read_bytes(), 0, 0)
     taken = fastscan.resolve_capture(sr.decode)[0]
-    assert sum(1 for v in taken["line_prefix"].to_pylist() if v) >= 10
+    assert sum(1 for v in taken["line_prefix"].to_pylist() if v) >= 5
 
 
 def _property_lines(seed: int, n: int):

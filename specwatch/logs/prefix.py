@@ -230,7 +230,23 @@ def _record_json(d: dict, line: str) -> str:
     times = (_rfc3339(r.get(k)) for r in (rec, d) for k in _TIME_KEYS)
     ts = next((t for t in times if t is not None), None)
     pod = _pod_prefix(rec) or _pod_prefix(d)
-    return f"{pod}{ts + ' ' if ts else ''}{msg}"
+    return f"{pod}{ts + ' ' if ts else ''}{_own_prefix(rec)}{msg}"
+
+
+def _own_prefix(rec: dict) -> str:
+    """The record's own logging prefix as a Python logging format prints it, `ASCTIME LEVEL
+    logger: `, from a JSON formatter's fields (python-json-logger under SGLANG_LOGGING_CONFIG_PATH
+    or VLLM_LOGGING_CONFIG_PATH: `asctime`, `levelname`, `name`); only the fields it has."""
+    parts = []
+    t, lvl, name = rec.get("asctime"), rec.get("levelname"), rec.get("name")
+    if isinstance(t, str) and _TS.fullmatch(t):
+        parts.append(t)
+    if isinstance(lvl, str) and re.fullmatch(_LEVELS, lvl):
+        parts.append(lvl)
+    if parts and isinstance(name, str) and _LOGGER.match(name + " ") and \
+            _LOGGER.match(name + " ").end() == len(name):
+        parts.append(name + ":")
+    return " ".join(parts) + " " if parts else ""
 
 
 def _text(v) -> str | None:

@@ -127,17 +127,34 @@ def parse_cmd(files, fmt, all_kinds):
 @db_option
 @click.option("--run", default=None, help="Run name for all files (default: each file's name).")
 def ingest(paths, db, run):
-    """Ingest log files or directories into the database. Re-running stores nothing twice; a file
-    that grew since is continued from where it stopped; a last line without its newline waits.
+    """Ingest log files or directories into the database, or `-` for standard input (its run is
+    named `stdin`). Re-running stores nothing twice; a file that grew since is continued from
+    where it stopped; a last line without its newline waits.
 
-    Example: specwatch ingest sample_logs/ --db runs.duckdb
+    Example: specwatch ingest sample_logs/ --db runs.duckdb; kubectl logs POD | specwatch ingest -
     """
-    from specwatch.logs import ingest as ing
+    import contextlib
 
-    try:
-        results = ing.ingest_paths(db, list(paths), run)
-    except store.StoreError as exc:
-        raise click.ClickException(str(exc))
+    from specwatch.logs import identity, ingest as ing, logfile
+
+    if list(paths).count("-") > 1:
+        raise click.UsageError("`-` (standard input) can be given once")
+    if "-" in paths and sys.stdin.isatty():
+        raise click.UsageError("`-` reads a log from standard input, which is a terminal here: "
+                               "pipe one in (`kubectl logs POD | specwatch ingest - --db ...`)")
+    with contextlib.ExitStack() as stack:
+        spool = stack.enter_context(logfile.spooled_stdin(sys.stdin.buffer)) \
+            if "-" in paths else None
+        try:
+            results = ing.ingest_paths(db, [str(spool) if p == "-" else p for p in paths], run)
+        except store.StoreError as exc:
+            raise click.ClickException(str(exc))
+        for r in results:
+            if spool is not None and r.path == str(spool):
+                if r.source_id is not None:
+                    identity.relabel_source(db, r.source_id, logfile.STDIN_NAME)
+                r.path = logfile.STDIN_NAME
+                r.warnings = [w.replace(str(spool), logfile.STDIN_NAME) for w in r.warnings]
     read = 0
     for r in results:
         for w in r.warnings:

@@ -1,10 +1,14 @@
 """Ingest into a real DuckDB file: idempotency, growth, partial lines, bad input, the report."""
 from __future__ import annotations
 
+import gzip
+import subprocess
+import sys
+
 import duckdb
 import pytest
 
-from conftest import SAMPLES, run_cli
+from conftest import ROOT, SAMPLES, run_cli
 from specwatch.logs import ingest
 from specwatch.db import query, store
 
@@ -197,3 +201,39 @@ def test_copy_truncate_between_read_and_commit_still_continues_in_the_copy(tmp_p
     assert count(db, "decode_windows") == 50
     ingest.ingest_paths(db, [str(copy)], run="r")
     assert count(db, "decode_windows") == 50 and count(db, "sources") == 1
+
+
+def _pipe(db, data: bytes, *args) -> subprocess.CompletedProcess:
+    """`... | specwatch ingest - --db DB ARGS` as a real process with `data` on its stdin."""
+    return subprocess.run([sys.executable, "-m", "specwatch.cli", "ingest", "-", "--db", str(db),
+                           *args], cwd=ROOT, input=data, capture_output=True, timeout=120)
+
+
+def test_a_log_piped_into_ingest_dash_is_stored_once_as_stdin(tmp_path):
+    db = tmp_path / "s.duckdb"
+    log = (SAMPLES / "sglang-0.5.23-llama8b-eagle3-s3k1.log").read_bytes()
+    p = _pipe(db, log)
+    assert p.returncode == 0, p.stderr
+    n = log.count(b"\n")
+    assert f"<stdin>: {n} new lines".encode() in p.stdout
+    again = _pipe(db, log)          # the same log piped again: nothing twice
+    assert b"<stdin>: 0 new lines, 0 rows stored" in again.stdout
+    vllm = (SAMPLES / "vllm-0.11-eagle3.log").read_bytes()
+    assert _pipe(db, gzip.compress(vllm), "--run", "v").returncode == 0   # compressed, named
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT r.run_id, s.path FROM run_sources r JOIN sources s "
+                           "USING (source_id) ORDER BY 1").fetchall() == [
+            ("stdin", "<stdin>"), ("v", "<stdin>")]
+        plain = tmp_path / "plain.duckdb"
+        (tmp_path / "a.log").write_bytes(log)
+        run_cli("ingest", tmp_path / "a.log", "--db", plain)
+        with duckdb.connect(str(plain), read_only=True) as ref:
+            q = "SELECT byte_offset, accept_len FROM decode_windows ORDER BY byte_offset"
+            assert con.execute(q.replace("ORDER", "WHERE source_id IN (SELECT source_id FROM "
+                                         "run_sources WHERE run_id = 'stdin') ORDER")
+                               ).fetchall() == ref.execute(q).fetchall()
+    empty = _pipe(db, b"")
+    assert empty.returncode == 1 and b"<stdin>" in empty.stderr and b"Traceback" not in empty.stderr
+    twice = subprocess.run([sys.executable, "-m", "specwatch.cli", "ingest", "-", "-", "--db",
+                            str(db)], cwd=ROOT, input=b"", capture_output=True, timeout=60)
+    assert twice.returncode == 2 and b"can be given once" in twice.stderr

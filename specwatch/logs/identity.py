@@ -134,3 +134,9 @@ def forget_run_if_empty(db, run_id: str) -> None:
         if not con.execute("SELECT 1 FROM run_sources WHERE run_id = ? LIMIT 1",
                            [run_id]).fetchall():
             con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+
+
+def relabel_source(db, source_id: str, path: str) -> None:
+    """Store `path` as the source's path (a source read through a scratch copy: standard input)."""
+    with store.writer(db) as con:
+        con.execute("UPDATE sources SET path = ? WHERE source_id = ?", [path, source_id])

@@ -8,11 +8,13 @@ order mark: what Windows PowerShell 5's `>` and `Out-File` write, e.g. `kubectl 
 server.log`) is read the same way, as UTF-8 text, up to its last complete line (a line still
 being written waits, as in a plain file). Offsets are offsets in the text.
 
-Also: which files the paths given to `ingest`/`parse` name (`expand_paths`).
+Also: which files the paths given to `ingest`/`parse` name (`expand_paths`), and standard input
+as such a file (`spooled_stdin`).
 Not for: deciding which files are rotated siblings (see `tail`), or identifying sources (`ingest`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -171,3 +173,18 @@ def expand_paths(paths: list[str]) -> tuple[list[tuple[Path, str]], list[str]]:
         else:
             problems.append(f"{path}: no such file or directory")
     return out, problems
+
+
+STDIN_NAME = "<stdin>"   # a source read from standard input (`specwatch ingest -`)
+
+
+@contextlib.contextmanager
+def spooled_stdin(stream):
+    """`stream` (standard input: `kubectl logs POD | specwatch ingest -`) written to a scratch file
+    named `stdin` (its run's default name), removed afterwards. A source is known by its content,
+    not its path, so piping the same log again stores nothing twice."""
+    with tempfile.TemporaryDirectory(prefix="specwatch-") as d:
+        path = Path(d) / "stdin"
+        with open(path, "wb") as f:
+            shutil.copyfileobj(stream, f, 1 << 20)
+        yield path

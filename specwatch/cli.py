@@ -133,28 +133,17 @@ def ingest(paths, db, run):
 
     Example: specwatch ingest sample_logs/ --db runs.duckdb; kubectl logs POD | specwatch ingest -
     """
-    import contextlib
-
-    from specwatch.logs import identity, ingest as ing, logfile
+    from specwatch.logs import piped
 
     if list(paths).count("-") > 1:
         raise click.UsageError("`-` (standard input) can be given once")
     if "-" in paths and sys.stdin.isatty():
         raise click.UsageError("`-` reads a log from standard input, which is a terminal here: "
                                "pipe one in (`kubectl logs POD | specwatch ingest - --db ...`)")
-    with contextlib.ExitStack() as stack:
-        spool = stack.enter_context(logfile.spooled_stdin(sys.stdin.buffer)) \
-            if "-" in paths else None
-        try:
-            results = ing.ingest_paths(db, [str(spool) if p == "-" else p for p in paths], run)
-        except store.StoreError as exc:
-            raise click.ClickException(str(exc))
-        for r in results:
-            if spool is not None and r.path == str(spool):
-                if r.source_id is not None:
-                    identity.relabel_source(db, r.source_id, logfile.STDIN_NAME)
-                r.path = logfile.STDIN_NAME
-                r.warnings = [w.replace(str(spool), logfile.STDIN_NAME) for w in r.warnings]
+    try:
+        results = piped.ingest_inputs(db, list(paths), run, sys.stdin.buffer)
+    except store.StoreError as exc:
+        raise click.ClickException(str(exc))
     read = 0
     for r in results:
         for w in r.warnings:

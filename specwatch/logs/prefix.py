@@ -53,7 +53,8 @@ _LEVEL = re.compile(rf"(?:{_LEVELS})(?::([\w.]+):|:)?(?=\s|$)")
 _LOC = re.compile(r"[\w.\-/]+\.py:\d+(?:\]|:)"                     # vLLM <= 0.6 `metrics.py:400]`
                   r"|[\w.]+:\w+:\d+(?= )")                              # loguru `module:function:42`
 # %(name)s of a Python logging format: a dotted logger name, alone or before ': '
-_LOGGER = re.compile(r"([A-Za-z_]\w*(?:\.\w+)+):?(?=\s)")
+_LOGGER_NAME = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+")
+_LOGGER = re.compile(rf"({_LOGGER_NAME.pattern}):?(?=\s)")
 _SEP = re.compile(r"[|\-](?= )")                                     # loguru's ` | ` and ` - `
 _NUM = re.compile(r"\d+(?=\s)")                                        # a pid/thread id
 _SPACE = re.compile(r"[ \t]*")
@@ -243,8 +244,7 @@ def _own_prefix(rec: dict) -> str:
         parts.append(t)
     if isinstance(lvl, str) and re.fullmatch(_LEVELS, lvl):
         parts.append(lvl)
-    if parts and isinstance(name, str) and _LOGGER.match(name + " ") and \
-            _LOGGER.match(name + " ").end() == len(name):
+    if parts and isinstance(name, str) and _LOGGER_NAME.fullmatch(name):
         parts.append(name + ":")
     return " ".join(parts) + " " if parts else ""
 

@@ -429,3 +429,22 @@ def test_an_archive_of_logs_is_refused_naming_how_to_extract_it(tmp_path, db, ki
     assert f"{d / arc.name}: a " in p.stderr and "server.log: " in p.stdout
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT run_id FROM runs").fetchall() == [("server.log",)]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["scanner", "python"])
+def test_a_byte_order_mark_is_no_capture_prefix(tmp_path, monkeypatch, fast):
+    # Windows tools (Notepad, PowerShell 7's UTF-8 with BOM) start a UTF-8 file with EF BB BF:
+    # the first line's values and prefix are those of the same line without it
+    monkeypatch.setenv("SPECWATCH_NO_FASTSCAN", "0" if fast else "1")
+    _, data = _sample(tmp_path)
+    first = data[:data.index(b"\n") + 1]
+    for name, blob in (("bom", b"\xef\xbb\xbf" + first), ("plain", first)):
+        f = tmp_path / f"{name}.log"
+        f.write_bytes(blob)
+        ingest.ingest_paths(tmp_path / f"{name}.duckdb", [str(f)])
+    got = {}
+    for name in ("bom", "plain"):
+        with duckdb.connect(str(tmp_path / f"{name}.duckdb"), read_only=True) as con:
+            got[name] = con.execute("SELECT * EXCLUDE (source_id, byte_offset) "
+                                    "FROM server_configs").fetchall()
+    assert got["bom"] == got["plain"] and len(got["plain"]) == 1

@@ -146,15 +146,17 @@ def capture_columns(parts: dict) -> dict:
 
 
 def clean(line: str) -> str:
-    """Drop the newline, a run of NUL bytes before the text, terminal colour codes and tqdm-style
-    carriage-return rewrites; a JSON log record becomes its message as its capture path prints it
-    (`unjson`)."""
+    """Drop the newline, a run of NUL bytes or a byte order mark before the text, terminal colour
+    codes and tqdm-style carriage-return rewrites; a JSON log record becomes its message as its
+    capture path prints it (`unjson`)."""
     line = line.rstrip("\r\n")
     if "\0" in line:
         # NUL bytes are never text a logger wrote: a hole left by logrotate's copytruncate under
         # a writer without O_APPEND (`> server.log`), or a crash before the data reached the
         # disk. What follows the last one is a line of its own.
         line = line[line.rindex("\0") + 1:]
+    if line.startswith("\ufeff"):   # a byte order mark (the file's first line, Windows tools)
+        line = line[1:]
     if line.startswith('{"'):
         line = unjson(line)
     if "\x1b" in line:

@@ -127,7 +127,18 @@ def _lossy_sweep(tmp_path: Path, single: str) -> Path:
 def test_recommend_leaves_a_lossy_config_out_with_its_reason(tmp_path):
     exact = recommend.recommend(_lossy_sweep(tmp_path / "exact", "1.0"), "sglang")
     assert [b.config for b in exact.bands] == ["s3"] and not exact.excluded
-    lossy = recommend.recommend(_lossy_sweep(tmp_path / "lossy", "0.5"), "sglang")
+    db = _lossy_sweep(tmp_path / "lossy", "0.5")
+    lossy = recommend.recommend(db, "sglang")
     assert [b.config for b in lossy.bands] == ["s1"]
     (why,) = [e["reason"] for e in lossy.excluded if e["config"] == "s3"]
     assert "lossy" in why and "thresholds below 1.0" in why
+    # the verdict stays (its throughput is real) and its reason says under which rule
+    with store.reader(db) as con:
+        got = dict(con.execute("SELECT config, lossy_verification FROM config_stats").fetchall())
+        assert got == {"baseline": False, "s1": False, "s3": True}
+        verdict, reason = con.execute("SELECT verdict, verdict_reason FROM config_stats "
+                                      "WHERE config = 's3'").fetchone()
+    assert verdict == "pays" and "measured under a lossy acceptance rule" in reason
+    findings, _ = doctor.diagnose(str(db))
+    assert {f.run_id for f in findings if f.code == "lossy_verification"} == {
+        f"lossy/s3/r{i}" for i in range(3)}

@@ -79,7 +79,9 @@ VIEWS: list[str] = []
 #                         'failed' when no run of the group measured anything; 'interrupted'
 #                         when no run measured anything and every run that is not ok was
 #                         interrupted (runs.status; Ctrl-C, SIGTERM, a stopped Ray worker).
-#   verdict_reason      = why, in words.
+#   verdict_reason      = why, in words; for a group measured under a lossy acceptance rule
+#                         (run_groups.lossy_verification, views.lossy_sql) it says so: the
+#                         verdict is kept (the throughput is real) but is not lossless decoding's.
 #
 # concurrency_winners (one row per sweep and load level, concurrency or request_rate): candidates
 #   are the configs with a
@@ -131,6 +133,7 @@ SELECT group_id,
   any_value(node_hostname) AS node_hostname,
   bool_and(speculative_algorithm IS NULL) AS is_baseline,
   coalesce(bool_or(simulated), false) AS simulated,
+  coalesce(bool_or(lossy_verification), false) AS lossy_verification,
   min(created_at) AS first_created_at, max(created_at) AS last_created_at,
   count(*) FILTER (WHERE {OK} AND (output_tok_s IS NOT NULL OR gen_throughput_tok_s IS NOT NULL))
     AS runs_with_throughput
@@ -359,7 +362,12 @@ SELECT * EXCLUDE (lx, sx, nx, ly, sy, ny, var_x, var_y, d_mean, d_sd, log_tok_s_
        WHEN speedup_ci_low > 1 THEN 'the 95% interval of the speedup lies above 1'
        WHEN speedup_ci_high < 1 THEN 'the 95% interval of the speedup lies below 1'
        ELSE 'the 95% interval of the speedup contains 1: within noise; add repeats or '
-            || 'accept that it does not matter' END AS verdict_reason
+            || 'accept that it does not matter' END
+  || CASE WHEN lossy_verification AND NOT is_baseline THEN
+       '; measured under a lossy acceptance rule (SGLang accept thresholds below 1.0 or vLLM '
+       || 'rejection_sample_method ''fly''): not the speedup of lossless speculative decoding, '
+       || 'and the outputs are not the target model''s (specwatch doctor)'
+     ELSE '' END AS verdict_reason
 FROM bounds
 """)
 

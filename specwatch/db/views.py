@@ -55,6 +55,11 @@ from __future__ import annotations
 #                         included = 1 + accepted drafts / verify steps (SGLang's `accept len`, vLLM's
 #                         `Mean acceptance length`). vLLM counts only steps that had a draft (an
 #                         ngram step without a match is no draft), SGLang every decode step.
+#   lossy_verification  = the engine accepted drafts by a relaxed rule (`lossy_sql`): the config's
+#                         server_args line (the windows' config, else the latest before the run's
+#                         range) has SGLang speculative_accept_threshold_single/_acc below 1.0, or
+#                         a vLLM config line in the run's range has rejection_sample_method 'fly'.
+#                         False = the log shows a lossless rule or none.
 #   speedups, baseline matching, repeats, intervals and verdicts: see config_stats below.
 # ---------------------------------------------------------------------------------------------
 # low_accept_len     = speculative run whose accept_len < LOW_ACCEPT_LEN (the draft barely predicts:
@@ -64,6 +69,29 @@ from __future__ import annotations
 # (columns of config_summary, so a reader evaluates the view once; doctor explains them in depth)
 LOW_ACCEPT_LEN = 1.5
 IDLE_GAP_S = 60
+# A lossy acceptance rule (doctor's lossy_verification; recommend leaves such configs out):
+# SGLang accepts a draft token whose target probability exceeds threshold_single, else with
+# probability min(1, p / threshold_acc) (sglang/srt/arg_groups/fields/spec.py, 0.5.23; 1.0 = exact
+# rejection sampling); vLLM's rejection_sample_method 'fly' is lossy ('standard' and 'block' are
+# not, 'synthetic' is simulated acceptance; vllm/config/speculative.py, 0.33-0.34).
+SGLANG_THRESHOLDS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
+VLLM_LOSSY_METHODS = {"fly": "FLy: lossy, entropy-gated deferred acceptance"}
+
+
+def method_sql(c: str) -> str:
+    """SQL: vLLM's rejection_sample_method in server_configs row `c`'s args (its speculative_config
+    logged as a dict, or as the JSON text the flag was given as), else NULL."""
+    return (f"json_extract_string(TRY_CAST({c}.args->>'speculative_config' AS JSON), "
+            "'$.rejection_sample_method')")
+
+
+def lossy_sql(c: str) -> str:
+    """SQL: does server_configs row `c` print a lossy acceptance rule? (NULL when it prints none.)"""
+    relaxed = " OR ".join(f"TRY_CAST({c}.args->>'{k}' AS DOUBLE) < 1.0" for k in SGLANG_THRESHOLDS)
+    methods = ", ".join(f"'{m}'" for m in VLLM_LOSSY_METHODS)
+    return f"({relaxed} OR {method_sql(c)} IN ({methods}))"
+
+
 # The window rule, once: a run's statistics keep a window unless it is `after_idle` while its
 # (run, file, config, DP rank, PP rank) partition has other windows. SQL over
 # `decode_windows_scoped` and the same rule on one of its rows (a dict) for Python readers.
@@ -226,14 +254,15 @@ WITH per_rank AS (
     arg_max(c.tp_size, c.byte_offset) FILTER (WHERE c.tp_size IS NOT NULL) AS tp_size,
     arg_max(c.dp_size, c.byte_offset) FILTER (WHERE c.dp_size IS NOT NULL) AS dp_size,
     arg_max(c.pp_size, c.byte_offset) FILTER (WHERE c.pp_size IS NOT NULL) AS pp_size,
-    bool_or(c.simulated) AS simulated          -- synthetic rejection sampling
+    bool_or(c.simulated) AS simulated,         -- synthetic rejection sampling
+    bool_or(@LOSSY_C@) AS lossy_verification
   FROM server_configs c JOIN run_sources rs
     ON c.source_id = rs.source_id AND c.byte_offset >= rs.offset_from
    AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
   WHERE c.config_kind IN ('vllm_engine_config', 'vllm_args')
   GROUP BY rs.run_id
 ), sa AS (
-  SELECT source_id, byte_offset FROM server_configs
+  SELECT source_id, byte_offset, @LOSSY_SC@ AS lossy FROM server_configs
   WHERE coalesce(config_kind, 'server_args') = 'server_args'
 ), sim_cfg AS (
   -- SGLang logs nothing about SGLANG_SIMULATE_ACC_LEN: a server_args line is simulated when a
@@ -246,7 +275,7 @@ WITH per_rank AS (
 ), run_sim AS (
   -- runs without decode windows (client numbers only): the server_args line their byte range
   -- follows
-  SELECT rs.run_id, bool_or(sc.source_id IS NOT NULL) AS simulated
+  SELECT rs.run_id, bool_or(sc.source_id IS NOT NULL) AS simulated, bool_or(c.lossy) AS lossy
   FROM run_sources rs ASOF LEFT JOIN sa c
     ON rs.source_id = c.source_id AND rs.offset_from >= c.byte_offset
   LEFT JOIN sim_cfg sc ON sc.source_id = c.source_id AND sc.byte_offset = c.byte_offset
@@ -294,6 +323,8 @@ WITH per_rank AS (
     (coalesce(c.simulated, false) OR coalesce(vc.simulated, false)
      OR CASE WHEN p.config_offset IS NOT NULL THEN sc.source_id IS NOT NULL
              ELSE coalesce(rsim.simulated, false) END) AS simulated,
+    (coalesce(CASE WHEN p.config_offset IS NOT NULL THEN @LOSSY_C@ ELSE rsim.lossy END, false)
+     OR coalesce(vc.lossy_verification, false)) AS lossy_verification,
     p.dp_ranks, coalesce(p.windows, vl.windows, 0) AS windows,
     coalesce(p.accept_len, 1 + r.spec_accepted_tokens / nullif(r.spec_drafts, 0), vl.accept_len,
              pm.gen_tokens / nullif(pm.verify_calls, 0)) AS accept_len,
@@ -333,7 +364,7 @@ SELECT *,
             || coalesce('/rps' || CAST(request_rate AS VARCHAR), '')
        ELSE run_id || '@' || coalesce(CAST(config_offset AS VARCHAR), '-') END AS group_id
 FROM grouped
-""",
+""".replace("@LOSSY_C@", lossy_sql("c")).replace("@LOSSY_SC@", lossy_sql("server_configs")),
 ]
 
 # accept_positions (one row per run and draft position k = 1, 2, ...; issue 16):

@@ -10,7 +10,8 @@ through `query.run_sql`) and decides, per measured concurrency (a batch-size ban
               `excluded` with why). Tree configs (topk > 1) cannot be part of a schedule: SGLang's
               adaptive mode serves topk 1 only and vLLM's schedule varies a chain's length.
               Configs with simulated acceptance, or served with a lossy acceptance rule
-              (verification.lossy_sql), are excluded too: their speedup is not exact decoding's.
+              (config_stats.lossy_verification), are excluded too: their speedup is not exact
+              decoding's.
   --slo       limits on config_stats' mean latency percentiles (e.g. itl_ms_p99=50): a candidate
               over a limit at that load is left out there (unless none meets it: then all stay,
               and the band says so).
@@ -67,7 +68,6 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from specwatch.db import query
-from specwatch.diagnose import verification
 
 ENGINES = ("sglang", "vllm", "builtin")
 # --slo METRIC=LIMIT: config_stats' means over repeats of each run's percentile.
@@ -209,7 +209,7 @@ def _family(row: dict, engine: str) -> tuple:
 
 
 def _load(db, sweep: str) -> tuple[list[dict], dict, dict]:
-    rows = _select(db, f"""
+    rows = _select(db, """
         SELECT s.group_id, s.config, s.concurrency, s.is_baseline, s.simulated, s.repeats,
           s.speculative_algorithm, s.speculative_num_steps, s.speculative_eagle_topk,
           s.speculative_num_draft_tokens, s.draft_model_path, s.tp_size, s.dp_size, s.pp_size,
@@ -217,21 +217,18 @@ def _load(db, sweep: str) -> tuple[list[dict], dict, dict]:
           s.output_tok_s_mean, s.output_tok_s_ci_low, s.output_tok_s_ci_high,
           s.ttft_ms_p50_mean, s.ttft_ms_p99_mean, s.itl_ms_p50_mean, s.itl_ms_p99_mean,
           m.aux_layer_ids, m.runs, coalesce(m.dynamic, false) AS dynamic,
-          coalesce(m.lossy, false) AS lossy
+          s.lossy_verification AS lossy
         FROM config_stats s LEFT JOIN (
           SELECT rm.group_id, any_value(rm.aux_layer_ids) AS aux_layer_ids,
             list(DISTINCT rm.run_id ORDER BY rm.run_id) FILTER (WHERE coalesce(rm.status, 'ok') = 'ok')
               AS runs,
             bool_or(coalesce(r.server_flags, '') LIKE '%--speculative-adaptive%'
-                    OR d.dynamic) AS dynamic,
-            bool_or(d.lossy) AS lossy
+                    OR d.run_id IS NOT NULL) AS dynamic
           FROM run_metrics rm JOIN runs r USING (run_id)
-          LEFT JOIN (SELECT rs.run_id, bool_or(c.speculative_dynamic IS NOT NULL) AS dynamic,
-                       bool_or(coalesce({verification.lossy_sql('c')}, false)) AS lossy
-                     FROM run_sources rs JOIN server_configs c
+          LEFT JOIN (SELECT DISTINCT rs.run_id FROM run_sources rs JOIN server_configs c
                        ON c.source_id = rs.source_id AND c.byte_offset >= rs.offset_from
                       AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
-                     GROUP BY rs.run_id) d ON d.run_id = rm.run_id
+                     WHERE c.speculative_dynamic IS NOT NULL) d ON d.run_id = rm.run_id
           GROUP BY rm.group_id) m USING (group_id)
         WHERE s.sweep_name = ? AND s.concurrency IS NOT NULL AND s.repeats > 0
         ORDER BY s.concurrency, s.config""", [sweep])

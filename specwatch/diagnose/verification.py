@@ -14,37 +14,25 @@ rule; a config served with one is measured correctly but answers another questio
   vllm/config/speculative.py: "FLy's lossy, entropy-gated deferred window"). `standard` and
   `block` (block verification) are lossless; `synthetic` is simulated acceptance (`simulated`).
 
-`lossy_sql` is the one definition (doctor's `load` and `recommend` use it); `load(db, ctx)` reads
-the settings from `server_configs.args` once; `check(row, lossy)` judges one config row. A setting
-the log does not show says nothing: missing is neither lossless nor lossy.
+Which configs are lossy is `views.lossy_sql`'s one definition (config_summary's
+`lossy_verification`, which `check` reads; `recommend` and the verdict reasons read the same column
+of config_stats). `load(db, ctx)` reads the settings behind it from `server_configs.args` once, as
+the finding's numbers and evidence. A setting the log does not show says nothing.
 """
 from __future__ import annotations
 
+from specwatch.db import views
 from specwatch.diagnose.context import Context, select
 from specwatch.diagnose.finding import Evidence, Finding, Ref
 
-SGLANG_THRESHOLDS = ("speculative_accept_threshold_single", "speculative_accept_threshold_acc")
-VLLM_LOSSY = {"fly": "FLy: lossy, entropy-gated deferred acceptance"}
-
-
-def method_sql(c: str) -> str:
-    """SQL: vLLM's rejection_sample_method in server_configs row `c`'s args (its speculative_config
-    logged as a dict, or as the JSON text the flag was given as), else NULL."""
-    return (f"json_extract_string(TRY_CAST({c}.args->>'speculative_config' AS JSON), "
-            "'$.rejection_sample_method')")
-
-
-def lossy_sql(c: str) -> str:
-    """SQL: does server_configs row `c` print a lossy acceptance rule? (NULL when it prints none.)"""
-    relaxed = " OR ".join(f"TRY_CAST({c}.args->>'{k}' AS DOUBLE) < 1.0" for k in SGLANG_THRESHOLDS)
-    methods = ", ".join(f"'{m}'" for m in VLLM_LOSSY)
-    return f"({relaxed} OR {method_sql(c)} IN ({methods}))"
+SGLANG_THRESHOLDS = views.SGLANG_THRESHOLDS
+VLLM_LOSSY = views.VLLM_LOSSY_METHODS
 
 
 def load(db, ctx: Context) -> dict:
-    """{(run_id, config_offset): (numbers, Ref)} for each SGLang server_args line of a run in
-    scope, and {run_id: (numbers, Ref)} for the last vLLM `non-default args:` line before a run's
-    range ends; numbers hold only the settings the line printed."""
+    """The settings behind a lossy rule, as (numbers, the config line): by (run_id, offset) for
+    each SGLang server_args line up to the end of a run in scope, and by run_id for its last
+    such line and its last vLLM `non-default args:` line (numbers: only what the line printed)."""
     out: dict = {}
     ids = sorted({r["run_id"] for r in ctx.scope})
     if not ids:
@@ -54,7 +42,7 @@ def load(db, ctx: Context) -> dict:
             SELECT rs.run_id, c.source_id, c.byte_offset, c.line_no, c.config_kind,
               TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[0]}' AS DOUBLE) AS th_single,
               TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[1]}' AS DOUBLE) AS th_acc,
-              {method_sql('c')} AS method, coalesce({lossy_sql('c')}, false) AS lossy
+              {views.method_sql('c')} AS method
             FROM server_configs c JOIN run_sources rs ON c.source_id = rs.source_id
              AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
             WHERE c.config_kind IN ('server_args', 'vllm_args') AND c.args IS NOT NULL
@@ -64,37 +52,26 @@ def load(db, ctx: Context) -> dict:
         if r["config_kind"] == "server_args":
             numbers = {k: v for k, v in zip(SGLANG_THRESHOLDS, (r["th_single"], r["th_acc"]))
                        if v is not None}
-            out[(r["run_id"], r["byte_offset"])] = (numbers, r["lossy"], Ref(
-                "server_configs", path, r["line_no"], r["byte_offset"], r["run_id"],
-                "server_args line"))
-            continue
-        out[r["run_id"]] = ({"rejection_sample_method": r["method"]} if r["method"] else {},
-                            r["lossy"], Ref("server_configs", path, r["line_no"],
-                                            r["byte_offset"], r["run_id"],
-                                            "vLLM's non-default args line"))
+            got = (numbers, Ref("server_configs", path, r["line_no"], r["byte_offset"],
+                                r["run_id"], "server_args line"))
+            out[(r["run_id"], r["byte_offset"])] = out[r["run_id"]] = got
+        elif r["method"] is not None:
+            out[r["run_id"]] = ({"rejection_sample_method": r["method"]},
+                                Ref("server_configs", path, r["line_no"], r["byte_offset"],
+                                    r["run_id"], "vLLM's non-default args line"))
     return out
 
 
 def check(row: dict, lossy: dict) -> list[Finding]:
-    """`lossy_verification` for one speculative config row, when its config relaxed the rule."""
-    got = lossy.get((row["run_id"], row["config_offset"])) or lossy.get(row["run_id"])
-    if got is None:
+    """`lossy_verification` for one speculative config row (config_summary) that has it."""
+    if not row.get("lossy_verification"):
         return []
-    numbers, is_lossy, ref = got
-    if not is_lossy:
-        return []
+    numbers, ref = lossy.get((row["run_id"], row["config_offset"])) or \
+        lossy.get(row["run_id"]) or ({}, None)
     acc = row.get("accept_len")
     said = f" (accept length {acc:.2f})" if acc is not None else ""
     relaxed = {k: v for k, v in numbers.items() if k in SGLANG_THRESHOLDS and v < 1.0}
-    if relaxed:
-        title = ("SGLang accepted draft tokens by a relaxed rule (" + ", ".join(
-            f"{k}={v:g}" for k, v in relaxed.items()) + "): sampled requests kept tokens exact "
-            f"verification rejects, so this config's acceptance{said} and speedup are not those of "
-            "lossless speculative decoding, and its outputs are not the target model's")
-        hint = ("before deploying it, measure the same config at 1.0 (the default: exact "
-                "rejection sampling) and judge the relaxed one's output quality separately; greedy "
-                "requests (temperature 0) are verified exactly either way")
-    elif numbers.get("rejection_sample_method") in VLLM_LOSSY:
+    if numbers.get("rejection_sample_method") in VLLM_LOSSY:
         m = numbers["rejection_sample_method"]
         title = (f"vLLM verified drafts with rejection_sample_method='{m}' ({VLLM_LOSSY[m]}): "
                  f"this config's acceptance{said} and speedup are not those of lossless "
@@ -103,7 +80,14 @@ def check(row: dict, lossy: dict) -> list[Finding]:
                 "'standard' (the default) or 'block' (both lossless) and judge the lossy one's "
                 "output quality separately")
     else:
-        return []
+        rule = ", ".join(f"{k}={v:g}" for k, v in relaxed.items()) or "accept thresholds below 1.0"
+        title = (f"SGLang accepted draft tokens by a relaxed rule ({rule}): sampled requests kept "
+                 f"tokens exact verification rejects, so this config's acceptance{said} and "
+                 "speedup are not those of lossless speculative decoding, and its outputs are not "
+                 "the target model's")
+        hint = ("before deploying it, measure the same config at 1.0 (the default: exact "
+                "rejection sampling) and judge the relaxed one's output quality separately; greedy "
+                "requests (temperature 0) are verified exactly either way")
     return [Finding(row["run_id"], row["run_name"], "lossy_verification", "warning", title,
-                    Evidence({**numbers, "accept_len": acc}, (ref,)), hint,
+                    Evidence({**numbers, "accept_len": acc}, (ref,) if ref else ()), hint,
                     row.get("config_offset"))]

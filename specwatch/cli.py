@@ -135,13 +135,13 @@ def ingest(paths, db, run):
     """
     from specwatch.logs import piped
 
-    if list(paths).count("-") > 1:
-        raise click.UsageError("`-` (standard input) can be given once")
     if "-" in paths and sys.stdin.isatty():
         raise click.UsageError("`-` reads a log from standard input, which is a terminal here: "
                                "pipe one in (`kubectl logs POD | specwatch ingest - --db ...`)")
     try:
         results = piped.ingest_inputs(db, list(paths), run, sys.stdin.buffer)
+    except ValueError as exc:   # `-` more than once
+        raise click.UsageError(str(exc))
     except store.StoreError as exc:
         raise click.ClickException(str(exc))
     read = 0

@@ -25,10 +25,6 @@ from specwatch.db import views
 from specwatch.diagnose.context import Context, select
 from specwatch.diagnose.finding import Evidence, Finding, Ref
 
-SGLANG_THRESHOLDS = views.SGLANG_THRESHOLDS
-VLLM_LOSSY = views.VLLM_LOSSY_METHODS
-
-
 def load(db, ctx: Context) -> dict:
     """The settings behind a lossy rule, as (numbers, the config line): by (run_id, offset) for
     each SGLang server_args line up to the end of a run in scope, and by run_id for its last
@@ -40,8 +36,8 @@ def load(db, ctx: Context) -> dict:
     marks = ", ".join("?" * len(ids))
     for r in select(db, f"""
             SELECT rs.run_id, c.source_id, c.byte_offset, c.line_no, c.config_kind,
-              TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[0]}' AS DOUBLE) AS th_single,
-              TRY_CAST(c.args->>'{SGLANG_THRESHOLDS[1]}' AS DOUBLE) AS th_acc,
+              TRY_CAST(c.args->>'{views.SGLANG_THRESHOLDS[0]}' AS DOUBLE) AS th_single,
+              TRY_CAST(c.args->>'{views.SGLANG_THRESHOLDS[1]}' AS DOUBLE) AS th_acc,
               {views.method_sql('c')} AS method
             FROM server_configs c JOIN run_sources rs ON c.source_id = rs.source_id
              AND (rs.offset_to IS NULL OR c.byte_offset < rs.offset_to)
@@ -50,8 +46,8 @@ def load(db, ctx: Context) -> dict:
             ORDER BY rs.run_id, c.source_id, c.byte_offset""", ids):
         path = ctx.paths.get(r["source_id"], r["source_id"])
         if r["config_kind"] == "server_args":
-            numbers = {k: v for k, v in zip(SGLANG_THRESHOLDS, (r["th_single"], r["th_acc"]))
-                       if v is not None}
+            numbers = {k: v for k, v in zip(views.SGLANG_THRESHOLDS,
+                                            (r["th_single"], r["th_acc"])) if v is not None}
             got = (numbers, Ref("server_configs", path, r["line_no"], r["byte_offset"],
                                 r["run_id"], "server_args line"))
             out[(r["run_id"], r["byte_offset"])] = out[r["run_id"]] = got
@@ -70,10 +66,11 @@ def check(row: dict, lossy: dict) -> list[Finding]:
         lossy.get(row["run_id"]) or ({}, None)
     acc = row.get("accept_len")
     said = f" (accept length {acc:.2f})" if acc is not None else ""
-    relaxed = {k: v for k, v in numbers.items() if k in SGLANG_THRESHOLDS and v < 1.0}
-    if numbers.get("rejection_sample_method") in VLLM_LOSSY:
+    relaxed = {k: v for k, v in numbers.items() if k in views.SGLANG_THRESHOLDS and v < 1.0}
+    if numbers.get("rejection_sample_method") in views.VLLM_LOSSY_METHODS:
         m = numbers["rejection_sample_method"]
-        title = (f"vLLM verified drafts with rejection_sample_method='{m}' ({VLLM_LOSSY[m]}): "
+        title = (f"vLLM verified drafts with rejection_sample_method='{m}' "
+                 f"({views.VLLM_LOSSY_METHODS[m]}): "
                  f"this config's acceptance{said} and speedup are not those of lossless "
                  "speculative decoding, and its outputs are not the target model's")
         hint = ("before deploying it, measure the same config with rejection_sample_method "

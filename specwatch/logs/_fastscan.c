@@ -398,6 +398,16 @@ static int own_record(const char *q, Py_ssize_t m) {
     return 0;
 }
 
+/* One pass: is the line printable ASCII (the only lines the scanner takes itself)? */
+static inline int printable_ascii(const char *L, Py_ssize_t len) {
+    int plain = 1;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)L[i];
+        plain &= (c >= 0x20) & (c < 0x7f);
+    }
+    return plain;
+}
+
 /* Can the line at q (of the `avail` bytes left in the buffer) not continue the record before it
  * (reassemble.Reassembler._continue returns "no" for it)? `docker`: that record's line starts with
  * a docker timestamp; `lp`: its capture prefix (a line that starts with the same prefix and then a
@@ -581,12 +591,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         int64_t off = base_off + pos;
         pos += len + 1;
         line_no++;
-        /* one pass: is the line printable ASCII (the only lines taken here)? */
-        int plain = 1;
-        for (Py_ssize_t i = 0; i < len; i++) {
-            unsigned char c = (unsigned char)L[i];
-            plain &= (c >= 0x20) & (c < 0x7f);
-        }
+        int plain = printable_ascii(L, len);
         if (!plain && memchr(L, 0, len)) {
             /* NUL bytes are never text a logger wrote (a copytruncate hole under a writer without
              * O_APPEND, a crash before the data reached the disk): what follows the last one is
@@ -597,11 +602,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             while (z > 0 && L[z - 1] != 0) z--;
             L += z; len -= z; off += z;
             if (len == 0) continue;
-            plain = 1;
-            for (Py_ssize_t i = 0; i < len; i++) {
-                unsigned char c = (unsigned char)L[i];
-                plain &= (c >= 0x20) & (c < 0x7f);
-            }
+            plain = printable_ascii(L, len);
         }
         if (!plain) {
             int ascii = 1;

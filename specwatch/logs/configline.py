@@ -163,7 +163,7 @@ def _str(v) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def spec_dict(v) -> dict:
+def _spec_dict(v) -> dict:
     """vLLM's `speculative_config` as logged: a dict, or the JSON text the flag was given as
     (unreadable -> {})."""
     if isinstance(v, dict):
@@ -216,7 +216,7 @@ def config_columns(kind: str, f: dict[str, Any]) -> dict[str, Any]:
             else None,
             engine_version=_str(f.get("version")))
     if kind == "vllm_args":
-        sc = spec_dict(f.get("speculative_config"))
+        sc = _spec_dict(f.get("speculative_config"))
         rsm = _str(sc.get("rejection_sample_method"))
         sched = sc.get("num_speculative_tokens_per_batch_size")
         return dict(

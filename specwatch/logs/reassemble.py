@@ -274,9 +274,9 @@ def feed_chunk(r: Reassembler, data: bytes, start_offset: int, start_line: int,
     `start_line` lines) -> the logical records they complete, for ingest's Python path: only
     lines with a `parse.ANCHORS` anchor are parsed, plus the line after a held record (its
     continuation has no anchor). A line with NUL bytes is read from after the last one (its number
-    appended to `binary`), undecodable ones with replacement characters (appended to `bad_utf8`). The held record
-    stays in `r` across chunks: call `r.flush()` at the end of the input, or, when more may come,
-    commit only up to `r.pending` and feed from there again next time."""
+    appended to `binary`), undecodable ones with replacement characters (appended to `bad_utf8`).
+    The held record stays in `r` across chunks: call `r.flush()` at the end of the input, or, when
+    more may come, commit only up to `r.pending` and feed from there again next time."""
     anchors = parse.ANCHORS
     offset, line_no = start_offset, start_line
     for raw in data.split(b"\n")[:-1]:

@@ -98,6 +98,24 @@ fi
 # [slurm]: the Slurm executor's run on submitit's local executor.
 start=$SECONDS
 BASE_PY="$(side_env_python)" || exit 1
+# Disk: the venv takes ~3.2 GB and the side envs ~5.7 GB (sglang) + ~3.5 GB (vllm) the first time.
+# A full disk otherwise shows up as pip's bare "[Errno 28] No space left on device" mid-install.
+check_disk() {  # check_disk DIR NEED_GB WHAT
+  local dir="$1" need="$2" what="$3" free
+  while [ ! -d "$dir" ]; do dir="$(dirname "$dir")"; done
+  free="$(df -Pk "$dir" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }')"
+  if awk -v f="$free" -v n="$need" 'BEGIN { exit !(f < n) }'; then
+    echo "warning: only ${free} GB free on the filesystem of $dir; $what needs about ${need} GB:" \
+         "free some space (or point SPECWATCH_CI_VENV / the side env caches elsewhere) if the" \
+         "install fails with 'No space left on device'" >&2
+  fi
+}
+check_disk "$(dirname "$VENV")" 4 "the test venv ($VENV)"
+for cache in "${SPECWATCH_SGLANG_CACHE:-$HOME/.cache/specwatch-sglang}:6" \
+             "${SPECWATCH_VLLM_CACHE:-$HOME/.cache/specwatch-vllm}:4"; do
+  # a side env is built once per machine: only a cache that does not exist yet needs the space
+  [ -d "${cache%:*}" ] || check_disk "${cache%:*}" "${cache##*:}" "the side env built into ${cache%:*}"
+done
 LOCK=(-c requirements/constraints.txt)
 [ "${SPECWATCH_CI_UNLOCKED:-}" = 1 ] && LOCK=()
 echo "=== install: fresh $VENV from $BASE_PY, pip install ${LOCK[*]} -e .[dev,ray,slurm]" >&2

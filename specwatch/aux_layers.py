@@ -84,9 +84,24 @@ VLLM_MODULES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                 "Qwen3ForCausalLM": "qwen2", "Qwen3MoeForCausalLM": "qwen3_moe"}
 
 
+# Speculative methods whose draft reads the target's aux hidden states, lower case (SGLang's
+# EAGLE3 and DFlash family, DFLASH and DSPARK: spec_info.py 0.5.23; vLLM's eagle3): only for these
+# do aux ids decide what the draft sees.
+AUX_METHODS = ("eagle3", "dflash", "dspark")
+
+
+def vllm_version() -> str:
+    """The newest vLLM release whose capture rules are verified (VLLM_RULES)."""
+    return max(VLLM_RULES, key=_version_key)
+
+
+def vllm_architectures() -> list[str]:
+    return sorted(VLLM_RULES[vllm_version()])
+
+
 def vllm_rule(architecture: str | None) -> str | None:
     """vLLM's rule for this target architecture (verified versions: VLLM_RULES), or None."""
-    return max(VLLM_RULES.items(), key=lambda kv: _version_key(kv[0]))[1].get(architecture or "")
+    return VLLM_RULES[vllm_version()].get(architecture or "")
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -165,9 +180,15 @@ class Reading:
 
 
 def read(architecture: str | None, ids: list[int], num_layers: int,
-         version: str | None = None) -> dict[str, Reading]:
-    """{rule: Reading}: one entry when the architecture is known, else every rule that could apply."""
-    r = rule(architecture, version)
-    names = [r] if r else list(RULE_TEXT)
+         version: str | None = None, engine: str | None = None) -> dict[str, Reading]:
+    """{rule: Reading} of the engine that served the ids (`engine` 'vllm', else SGLang's rules, which
+    the built-in engine follows): one entry when the architecture is known; else on SGLang every
+    rule that could apply, on vLLM none (its capture is verified per model class: VLLM_RULES)."""
+    if engine == "vllm":
+        r = vllm_rule(architecture)
+        names = [r] if r else []
+    else:
+        r = rule(architecture, version)
+        names = [r] if r else list(RULE_TEXT)
     return {n: Reading(n, capture_indices(n, ids, num_layers), captured_outputs(n, ids, num_layers))
             for n in names}

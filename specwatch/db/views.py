@@ -55,6 +55,11 @@ from __future__ import annotations
 #                         included = 1 + accepted drafts / verify steps (SGLang's `accept len`, vLLM's
 #                         `Mean acceptance length`). vLLM counts only steps that had a draft (an
 #                         ngram step without a match is no draft), SGLang every decode step.
+#   served_by           = the engine that served the run: the sweep's `engine` (sglang, vllm,
+#                         builtin), else what the log's lines are: 'vllm' when the run's range has
+#                         vLLM stats or config lines, 'sglang' when it has SGLang decode windows or
+#                         follows an SGLang server_args line; NULL when the log shows neither.
+#                         doctor words its advice in this engine's flags.
 #   lossy_verification  = the engine accepted drafts by a relaxed rule (`lossy_sql`): the config's
 #                         server_args line (the windows' config, else the latest before the run's
 #                         range) has SGLang speculative_accept_threshold_single/_acc below 1.0, or
@@ -275,7 +280,8 @@ WITH per_rank AS (
 ), run_sim AS (
   -- runs without decode windows (client numbers only): the server_args line their byte range
   -- follows
-  SELECT rs.run_id, bool_or(sc.source_id IS NOT NULL) AS simulated, bool_or(c.lossy) AS lossy
+  SELECT rs.run_id, bool_or(sc.source_id IS NOT NULL) AS simulated, bool_or(c.lossy) AS lossy,
+    bool_or(c.source_id IS NOT NULL) AS cfg
   FROM run_sources rs ASOF LEFT JOIN sa c
     ON rs.source_id = c.source_id AND rs.offset_from >= c.byte_offset
   LEFT JOIN sim_cfg sc ON sc.source_id = c.source_id AND sc.byte_offset = c.byte_offset
@@ -297,6 +303,9 @@ WITH per_rank AS (
 ), rows AS (
   SELECT
     r.run_id, r.run_name, r.origin, r.sweep_name, r.config_name, r.engine, r.concurrency,
+    coalesce(r.engine, CASE WHEN vl.run_id IS NOT NULL OR vt.run_id IS NOT NULL
+                              OR vc.run_id IS NOT NULL THEN 'vllm'
+                            WHEN p.run_id IS NOT NULL OR rsim.cfg THEN 'sglang' END) AS served_by,
     r.request_rate, r.arrival, r.rate_search_step,
     r.repeat_idx, r.status, r.failure_reason, r.created_at,
     p.config_source_id, p.config_offset,

@@ -1,7 +1,7 @@
 """Is the draft fed the layers it was trained on? The aux-layer id checks of doctor: accept length
 near 1, a sibling run of the same draft weights that did better with other ids, the built-in
-engine's id probe, what served ids capture under SGLang's per-architecture rule, and a server
-death inside the target's aux capture.
+engine's id probe, what served ids capture under the serving engine's per-architecture rule
+(SGLang's, or vLLM's on a vLLM run), and a server death inside the target's aux capture.
 
 Model facts (layer counts, a draft's ids, weight identity) come from `modelinfo`, capture rules
 from `aux_layers`. Not here: speed (speed), serving health and failed configs (serving).
@@ -50,8 +50,9 @@ def _weights_id(row: dict) -> str | None:
 
 
 def served_ids(row: dict) -> list[int] | None:
-    """The served aux ids: what the sweep configured, else the draft's config.json at the path the
-    server_args line names (ingested logs), else None."""
+    """The served aux ids: what the sweep configured (or, on vLLM, what its aux-layer line says it
+    served: doctor fills that in), else the draft's config.json at the path the server_args line
+    names (ingested logs), else None."""
     try:
         ids = json.loads(row["aux_layer_ids"]) if row["aux_layer_ids"] else None
     except ValueError:
@@ -75,18 +76,40 @@ def _fmt_outputs(outputs: list) -> str:
                            for o in outputs) + "]"
 
 
+def uses_aux_layers(row: dict) -> bool:
+    """Whether the run's method feeds its draft the target's aux hidden states (EAGLE-3, and the
+    DFlash family on SGLang): only then do aux ids decide its accept length."""
+    return str(row["speculative_algorithm"] or "").lower() in aux_layers.AUX_METHODS
+
+
+def _readings(row: dict, ids: list[int], L: int) -> tuple[str, dict]:
+    """(whose rule: 'SGLang 0.5.23' / 'vLLM 0.34.0', {rule: Reading}) for the engine that served
+    the run (run_metrics.served_by; the built-in engine captures as SGLang does)."""
+    arch = target_of(row)[0]
+    if row["served_by"] == "vllm":
+        return (f"vLLM {aux_layers.vllm_version()}",
+                aux_layers.read(arch, ids, L, engine="vllm"))
+    used, _ = aux_layers.rules_for(row["sglang_version"])
+    return f"SGLang {used}", aux_layers.read(arch, ids, L, row["sglang_version"])
+
+
 def capture_text(row: dict, ids: list[int]) -> str | None:
-    """What these ids capture on this run's target, per SGLang's rule for its architecture; when
-    the architecture is unknown, what each candidate rule would make of them (never a guess)."""
+    """What these ids capture on this run's target, per the serving engine's rule for its
+    architecture; when the architecture is unknown, what each candidate rule would make of them
+    (never a guess)."""
     arch, L = target_of(row)
     if L is None:
         return None
-    readings = aux_layers.read(arch, ids, L, row["sglang_version"])
-    used, _ = aux_layers.rules_for(row["sglang_version"])
+    whose, readings = _readings(row, ids, L)
     if len(readings) == 1:
         (rd,) = readings.values()
-        return (f"on {arch} ({L} layers; SGLang {used} rule: {aux_layers.RULE_TEXT[rd.rule]}) ids "
+        return (f"on {arch} ({L} layers; {whose} rule: {aux_layers.RULE_TEXT[rd.rule]}) ids "
                 f"{ids} capture the outputs {_fmt_outputs(rd.outputs)}")
+    if not readings:
+        return (f"the target's architecture ({arch or 'not in its config.json'}) has no verified "
+                f"{whose} rule, so which layers ids {ids} capture is not known here (vLLM captures "
+                f"at the ids as given in {', '.join(aux_layers.vllm_architectures())})")
+    used = whose.split()[-1]
     parts = [f"{aux_layers.RULE_TEXT[n]}: {_fmt_outputs(rd.outputs)}" for n, rd in readings.items()]
     return (f"the target's architecture ({arch or 'not in its config.json'}) has no verified SGLang "
             f"rule, so which layers ids {ids} capture depends on its model class; the rules SGLang "
@@ -148,19 +171,27 @@ def _apart(ctx: Context, row: dict, sib: dict) -> bool:
 
 
 def _id_hints(row: dict) -> list[str]:
-    """What the served ids capture on this target under SGLang's rule (only facts that are known)."""
-    ids, (arch, L) = served_ids(row), target_of(row)
+    """What the served ids capture on this target under the serving engine's rule (only facts that
+    are known)."""
+    ids, L = served_ids(row), target_of(row)[1]
     if ids is None:
         return ["the served eagle_aux_hidden_state_layer_ids are not known for this run: the draft's "
                 "config.json is not on this machine at the path the server_args line names"]
     if L is None:
+        if row["served_by"] == "vllm":
+            return [f"served ids {ids}; the target's config.json is not on this machine, so which "
+                    f"layers they capture is unknown (vLLM: id k captures the output of layer "
+                    f"k-1, 0 the embedding output)"]
         return [f"served ids {ids}; the target's config.json is not on this machine, so which "
                 f"layers they capture is unknown: SGLang's rule depends on its architecture "
                 f"(Llama-family: output of layer id; DeepseekV2/V3, Kimi-K2.5, GLM-4-MoE-Lite: "
                 f"output of layer id-1 unless the first id is 1, and -1 captures nothing)"]
-    readings = aux_layers.read(arch, ids, L, row["sglang_version"])
+    whose, readings = _readings(row, ids, L)
+    engine = whose.split()[0]
     hints = [capture_text(row, ids)]
-    default = [2, L // 2, L - 3]  # SGLang's capture indices when the draft names no ids
+    # the capture indices when the draft names no ids: SGLang's and vLLM's
+    # (get_eagle3_default_aux_hidden_state_layers, interfaces.py 0.32) are the same
+    default = [2, L // 2, L - 3]
     for name, rd in readings.items():
         tag = "" if len(readings) == 1 else f"under '{aux_layers.RULE_TEXT[name]}': "
         if rd.missing:
@@ -173,13 +204,27 @@ def _id_hints(row: dict) -> list[str]:
                          f"(RMS ~70x below the layers); drafts are trained on mid/late layers, so a "
                          f"list with it usually slid by one slot")
         if rd.indices == default:
-            hints.append(f"{tag}ids {ids} capture SGLang's default layers (indices {default}, what "
-                         f"it captures when a draft names no ids)")
+            hints.append(f"{tag}ids {ids} capture {engine}'s default layers (indices {default}, "
+                         f"what it captures when a draft names no ids)")
         elif rd.indices == [i + 1 for i in default]:
             want = aux_layers.ids_for_outputs(name, [i - 1 for i in default], L)
-            hints.append(f"{tag}ids {ids} capture one layer later than SGLang's default capture "
-                         f"(indices {default}); a draft trained on the default wants ids {want}")
+            hints.append(f"{tag}ids {ids} capture one layer later than {engine}'s default "
+                         f"capture (indices {default}); a draft trained on the default wants ids "
+                         f"{want}")
     return hints
+
+
+def _method_hint(row: dict, after_ids: bool) -> str:
+    """What else to check for a low accept length, by method and serving engine."""
+    method = str(row["speculative_algorithm"] or "").lower()
+    if method in ("ngram", "ngram_gpu", "suffix"):
+        return (f"{method} drafts copy text from the prompt and earlier output, so they are accepted "
+                "only where the output repeats it (code edits, retrieval, summaries); on this "
+                "traffic serve without speculation or with a trained draft model")
+    mapping = ("the d2t tensor in its weights, which vLLM loads whenever it is there"
+               if row["served_by"] == "vllm" else "d2t / --speculative-token-map")
+    return (("then " if after_ids else "") + f"check the draft vocab mapping ({mapping}) and that "
+            "the draft was trained for this exact target (same tokenizer and weights)")
 
 
 def check_accept(ctx: Context, row: dict, ws: list[dict], probe) -> list[Finding]:
@@ -193,22 +238,22 @@ def check_accept(ctx: Context, row: dict, ws: list[dict], probe) -> list[Finding
     nums = {"accept_len": al, "windows": row["windows"],
             "speculative_num_steps": row["speculative_num_steps"],
             "speculative_num_draft_tokens": row["speculative_num_draft_tokens"],
-            "accept_rate": row["accept_rate"], "aux_layer_ids": served_ids(row)}
+            "accept_rate": row["accept_rate"],
+            "aux_layer_ids": served_ids(row) if uses_aux_layers(row) else None}
     if step1 is not None:
         nums.update(step1_acceptance=round(step1, 4), requests=n_req)
         rows += (Ref("requests", run_id=row["run_id"], note=f"{n_req} requests' spec_accept_histogram"),)
     sib = sibling(ctx, row)
-    hints = _id_hints(row)
+    hints = _id_hints(row) if uses_aux_layers(row) else []
     if probe is not None and probe.best_agreement - probe.served_agreement >= PROBE_WARN_GAIN:
         hints.insert(0, f"the draft's weights expect ids {probe.best_ids} (see aux_ids_mismatch)")
-    generic = ("then check the draft vocab mapping (d2t / --speculative-token-map) and that the "
-               "draft was trained for this exact target (same tokenizer and weights)")
+    hints.append(_method_hint(row, bool(hints)))
     out = []
     if al < LOW_ACCEPT_LEN:
         out.append(Finding(
             row["run_id"], row["run_name"], "accept_len_near_1", "error",
             f"accept length {al:.2f} < {LOW_ACCEPT_LEN}: the draft is not predicting the target",
-            Evidence(nums, rows), "; ".join(hints) + "; " + generic, row["config_offset"]))
+            Evidence(nums, rows), "; ".join(hints), row["config_offset"]))
     severity = None
     if sib is not None and al <= SIBLING_ACCEPT_RATIO * sib["accept_len"]:
         severity = "error"

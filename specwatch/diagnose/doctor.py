@@ -33,6 +33,8 @@ Not a tuner: it says what is wrong and where to look, not which config is best (
 """
 from __future__ import annotations
 
+import json
+
 from specwatch.diagnose import auxids, context, engines, schedule, serving, speed, verification
 from specwatch.diagnose.finding import SEVERITY_ORDER, Finding
 
@@ -47,6 +49,9 @@ def diagnose(db, run: str | None = None) -> tuple[list[Finding], list[dict]]:
     findings, checked, cache = [], [], {}
     schedules = schedule.load(db, ctx)
     logged_aux = engines.logged_ids(db, ctx)
+    for r in ctx.summary:   # what vLLM logged it served is what it served (auxids.served_ids)
+        if r["aux_layer_ids"] is None and r["run_id"] in logged_aux:
+            r["aux_layer_ids"] = json.dumps(logged_aux[r["run_id"]][0])
     lossy = verification.load(db, ctx)
     for row in ctx.scope:
         if row["status"] == "failed":

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from specwatch import aux_layers
+from specwatch import aux_layers, modelinfo
 from specwatch.db import views
 from specwatch.diagnose import auxids
 from specwatch.diagnose.context import Context, select
@@ -70,7 +70,7 @@ def check(row: dict, logged: dict) -> list[Finding]:
         return []
     same = aux_layers.ids_for_outputs(rule, [o for o in on_sglang if o is not None], layers) \
         if None not in on_sglang else None
-    draft_ids = auxids.served_ids(row)
+    draft_ids = modelinfo.aux_layer_ids(row["draft_model_path"])
     low = row["accept_len"] is not None and row["accept_len"] < views.LOW_ACCEPT_LEN
     text = (f"vLLM served ids {served} on {arch} ({layers} layers), capturing the outputs "
             f"{_outputs(on_vllm)} (ids as given); SGLang captures {_outputs(on_sglang)} with the "

@@ -10,6 +10,7 @@ import re
 import statistics
 
 from specwatch.db import views
+from specwatch.diagnose import flags
 from specwatch.diagnose.auxids import (capture_crash, describe_shift, index0_ids, served_ids,
                                        sibling)
 from specwatch.diagnose.context import Context, config_ref, window_ref
@@ -146,30 +147,48 @@ def check_first_window(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]
                     "rank prints several windows", row["config_offset"])]
 
 
-# Known causes of a server that died before it was ready -> what to do (first match wins).
+# Known causes of a server that died before it was ready -> what to do (first match wins), in the
+# words of the engine that served it ({name} fields: flags.SGLANG / flags.VLLM).
 FAILURE_HINTS = (
     (re.compile(r"No module named '([\w.]+)'"),
      "the launch interpreter's environment lacks the Python module {0}: install it there (the "
      "interpreter of launch_command), or pick flags whose code paths do not import it"),
+    # the KV cache does not fit at start-up: vLLM 0.32 v1/core/kv_cache_utils.py
+    # _check_enough_kv_cache_memory and the auto-fit of max_model_len; SGLang 0.5.23
+    # model_executor/pool_configurator.py
+    (re.compile(r"No available memory for the cache blocks|KV cache is needed, which is larger "
+                r"than the available KV cache memory|not enough GPU memory available to serve "
+                r"even a single token|Not enough memory\. Please try to increase "
+                r"--mem-fraction-static"),
+     "the KV cache does not fit beside the weights (a draft model's included): raise "
+     "{memory_fraction} or lower {context}, or give the config more GPUs (tp_size)"),
+    # vLLM 0.32 llama_eagle3.py load_weights: a d2t tensor is loaded as draft_id_to_target_id,
+    # a parameter that exists only when the draft config's draft_vocab_size differs from the
+    # target's vocabulary (t2d is skipped); SGLang-layout EAGLE-3 drafts carry d2t/t2d
+    (re.compile(r"no module or parameter named '(draft_id_to_target_id|d2t)'"),
+     "vLLM found a draft-to-target vocabulary map ({0}) in the draft's weights but the draft's "
+     "config.json sets no smaller draft_vocab_size, so vLLM made no place for it: set "
+     "draft_vocab_size to the map's length in a copy of the draft's config.json, or, when the map "
+     "is the identity, serve a copy of the draft without its d2t and t2d tensors"),
     (re.compile(r"out of memory|OutOfMemoryError|CUDA error: out of memory", re.I),
-     "the GPU ran out of memory: lower --mem-fraction-static or --max-running-requests, shorten "
-     "--context-length, or give the config more GPUs (tp_size)"),
+     "the GPU ran out of memory: lower {memory_fraction} or {max_running}, shorten "
+     "{context}, or give the config more GPUs (tp_size)"),
     (re.compile(r"NCCL", re.I),
      "an NCCL (multi-GPU communication) error: check that the config's GPUs are free and see "
      "each other (run with NCCL_DEBUG=INFO), and that no other server holds its ports"),
     (re.compile(r"unrecognized arguments|ambiguous option|invalid choice|error: argument"),
-     "SGLang's parser rejected a flag: fix it in server_flags (run-sweep checks flags before "
-     "launching for engine = \"sglang\"; `python -m sglang.launch_server --help` lists them)"),
+     "{engine}'s parser rejected a flag: fix it in server_flags (run-sweep checks flags before "
+     "launching; {help} lists them)"),
     (re.compile(r"Address already in use|port .* (in use|not free)", re.I),
      "a port was taken: stop the process holding it, or let specwatch pick ports (no `port`)"),
 )
 
 
-def failure_hint(reason: str | None) -> str:
+def failure_hint(reason: str | None, row: dict) -> str:
     for pat, text in FAILURE_HINTS:
         m = pat.search(reason or "")
         if m:
-            return text.format(*m.groups())
+            return text.format(*m.groups(), **flags.words(row))
     return "read the server log named here: its last exception says why it died"
 
 
@@ -181,7 +200,7 @@ def check_failed(ctx: Context, row: dict) -> list[Finding]:
     refs = tuple(Ref("sources", p, note="server log") for p in logs) + config_ref(ctx, row)
     nums = {"status": row["status"], "failure_reason": reason, "server_logs": logs or None}
     name = row["config_name"] or row["run_name"]
-    title, hint = f"config {name} failed: {reason or 'no cause recorded'}", failure_hint(reason)
+    title, hint = f"config {name} failed: {reason or 'no cause recorded'}", failure_hint(reason, row)
     crash = capture_crash(ctx, row)   # the capture code runs only with EAGLE-3 / DFlash on
     if crash is not None:
         ids = served_ids(row)

@@ -6,6 +6,7 @@ Not here: why the accept length is low (auxids), serving health (serving).
 """
 from __future__ import annotations
 
+from specwatch.diagnose import flags
 from specwatch.diagnose.context import Context, config_ref
 from specwatch.diagnose.finding import Evidence, Finding, Ref
 
@@ -48,17 +49,29 @@ def _comparable_baseline(ctx: Context, row: dict, base: dict) -> tuple[bool, dic
 
 
 def _speed_suggestion(row: dict, blocker: str | None, at: str, paying: list[int]) -> str:
+    """What to try, in the flags of the engine that served the run."""
     if blocker is not None:
         return f"fix the accept length first (see {blocker}): with a working draft this config may pay"
-    sugg = (f"overhead dominates{at}: each step drafts {row['speculative_num_steps']} tokens "
-            f"(topk {row['speculative_eagle_topk']}, {row['speculative_num_draft_tokens']} "
-            f"verified) for an accept length of "
-            f"{row['accept_len']:.2f}; " if row["accept_len"] is not None else
-            f"overhead dominates{at}; ")
-    sugg += "try fewer --speculative-num-steps, a smaller --speculative-eagle-topk / num-draft-tokens"
+    vllm = flags.engine_of(row) == "vllm"
+    steps, topk, n = (row["speculative_num_steps"], row["speculative_eagle_topk"],
+                      row["speculative_num_draft_tokens"])
+    shape = ("" if steps is None else
+             f"each step drafts {steps} tokens" + ("" if vllm or topk is None else
+                                                   f" (topk {topk}, {n} verified)"))
+    sugg = f"overhead dominates{at}"
+    if row["accept_len"] is not None:
+        sugg += f": {shape} for an accept length of {row['accept_len']:.2f}" if shape else \
+            f": accept length {row['accept_len']:.2f}"
+    sugg += ("; try a smaller num_speculative_tokens in --speculative-config" if vllm else
+             "; try fewer --speculative-num-steps, a smaller --speculative-eagle-topk / "
+             "num-draft-tokens")
     if paying:
-        sugg += (f", or serve without speculation above batch size {max(paying)} (it pays at "
-                 f"concurrency {', '.join(map(str, paying))})")
+        above = max(paying)
+        sugg += (f", or serve without speculation above batch size {above} (it pays at "
+                 f"concurrency {', '.join(map(str, paying))}: "
+                 + ("num_speculative_tokens_per_batch_size in --speculative-config, vLLM 0.26+"
+                    if vllm else "--speculative-adaptive with a schedule, SGLang 0.5.13+")
+                 + f"; `specwatch recommend --engine {row['served_by'] or 'sglang'}` writes it)")
     else:
         sugg += ", or disable speculation at this batch size"
     return sugg

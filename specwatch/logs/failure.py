@@ -6,8 +6,11 @@ with code -9" hides e.g. a scheduler's `torch.OutOfMemoryError`. The cause is, i
 
 1. the exception line of the last Python traceback (the line after its frames, e.g.
    `ModuleNotFoundError: No module named 'vllm'`), skipping the ones a dying process tree adds
-   (KeyboardInterrupt, SystemExit, BrokenPipeError, ...); a traceback may start mid-line, as in
-   SGLang's `Scheduler hit an exception: Traceback (most recent call last):`;
+   (KeyboardInterrupt, SystemExit, BrokenPipeError, ...) and a parent's that only points at its
+   child's (vLLM: `Engine core initialization failed. See root cause above.`); a traceback may
+   start mid-line, as in SGLang's `Scheduler hit an exception: Traceback (most recent call
+   last):`, or carry vLLM's logger prefix on every line (a worker's traceback, interleaved with
+   other processes' lines);
 2. an argparse error (`launch_server.py: error: unrecognized arguments: ...`);
 3. a known fatal line without a traceback: CUDA out of memory, an NCCL error, SGLang's
    `Initialization failed. warmup error: ...`, the built-in engine's load or listen errors.
@@ -37,6 +40,15 @@ _SECONDARY = {"KeyboardInterrupt", "SystemExit", "BrokenPipeError", "ConnectionR
               "ConnectionRefusedError", "EOFError", "asyncio.exceptions.CancelledError",
               "CancelledError", "zmq.error.ContextTerminated"}
 _BARE = re.compile(r"(Error|Exception|Interrupt|Exit|Failure)$")
+# An exception raised only to say a child process failed, naming no cause of its own (vLLM 0.32:
+# `RuntimeError: Engine core initialization failed. See root cause above. ...`, `Exception:
+# WorkerProc initialization failed due to an exception in a background process. See stack trace for
+# root cause.`).
+_POINTER = re.compile(r"[Ss]ee (?:the )?(?:root cause|stack trace for root cause)")
+# vLLM's logger prefix, with the process tag of a child (`(EngineCore pid=16007) `, `(Worker_TP1
+# pid=3) `, `(APIServer pid=1) `): vllm/logger.py's format, `LEVEL MM-DD HH:MM:SS [file.py:N] `.
+_LOGGER_PREFIX = re.compile(r"^(?P<proc>\([\w-]+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                            r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]+\] ")
 # argparse: `PROG: error: ...`; PROG may be two words (`sglang serve: error: ...`).
 _ARGPARSE = re.compile(r"^(?:[\w./\-]+(?: [\w./\-]+)?: )?error: .+$")
 _FATAL = [re.compile(p) for p in (
@@ -66,32 +78,48 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS - 3] + "..."
 
 
+def _owner(line: str) -> tuple[str, str]:
+    """(the process a line belongs to, the line without its logger prefix): vLLM logs a child's
+    traceback one logger line per traceback line, `(Worker pid=16050) ERROR 12-04 17:15:44
+    [multiproc_executor.py:953]   File ...`, and children's lines interleave."""
+    m = _LOGGER_PREFIX.match(line)
+    if m is None:
+        return "", line
+    return m.group("proc") or "", line[m.end():]
+
+
 def exception_lines(lines: list[str]) -> list[str]:
-    """The exception line of every traceback in `lines`, in order."""
+    """The exception line of every traceback in `lines`, in order (a traceback's lines may carry
+    vLLM's logger prefix; each process's traceback is followed on its own)."""
     out = []
-    in_tb = False
-    for line in lines:
+    in_tb: set[str] = set()   # processes inside a traceback
+    for raw in lines:
+        proc, line = _owner(raw)
         if _TRACEBACK in line:
-            in_tb = True
+            in_tb.add(proc)
             continue
-        if not in_tb or not line.strip() or line[:1].isspace():
+        if proc not in in_tb or not line.strip() or line[:1].isspace():
             continue
         m = _EXC_LINE.match(line.rstrip())
         # A bare word must look like an exception's name; anything else is another process's
         # line, interleaved with the traceback.
         if m and (m.group(2) is not None or _BARE.search(m.group(1))):
             out.append(line.rstrip())
-            in_tb = False
+            in_tb.discard(proc)
     return out
 
 
 def failure_cause(log_path: str | Path) -> str | None:
     """The real cause of a server's death from the end of its log, or None if it says none."""
     lines = tail_lines(log_path)
-    for exc in reversed(exception_lines(lines)):
-        name = _EXC_LINE.match(exc).group(1)
-        if name not in _SECONDARY and name.rsplit(".", 1)[-1] not in _SECONDARY:
-            return _short(exc)
+    causes = [exc for exc in exception_lines(lines)
+              if (name := _EXC_LINE.match(exc).group(1)) not in _SECONDARY
+              and name.rsplit(".", 1)[-1] not in _SECONDARY]
+    # a parent's exception that only points at its child's ("See root cause above") is the cause
+    # only when the child's is not in the log
+    real = [exc for exc in causes if not _POINTER.search(exc)]
+    if real or causes:
+        return _short((real or causes)[-1])
     for line in reversed(lines):
         if _ARGPARSE.match(line.strip()):
             return _short(line)

@@ -45,10 +45,12 @@ _BARE = re.compile(r"(Error|Exception|Interrupt|Exit|Failure)$")
 # WorkerProc initialization failed due to an exception in a background process. See stack trace for
 # root cause.`).
 _POINTER = re.compile(r"[Ss]ee (?:the )?(?:root cause|stack trace for root cause)")
-# vLLM's logger prefix, with the process tag of a child (`(EngineCore pid=16007) `, `(Worker_TP1
-# pid=3) `, `(APIServer pid=1) `): vllm/logger.py's format, `LEVEL MM-DD HH:MM:SS [file.py:N] `.
-_LOGGER_PREFIX = re.compile(r"^(?P<proc>\([\w-]+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-                            r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]+\] ")
+# vLLM's logger prefix (vllm/logger.py _FORMAT, 0.32: `{VLLM_LOGGING_PREFIX}(NAME pid=N) LEVEL
+# MM-DD HH:MM:SS [file.py:N] `), found wherever it starts (after VLLM_LOGGING_PREFIX or a capture
+# prefix); NAME is the process (`EngineCore`, `Worker_TP1`, `APIServer`, ...). Older releases log
+# without the process tag.
+_LOGGER_PREFIX = re.compile(r"(?P<proc>\([^()]+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+                            r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]+:\d+\] ")
 # argparse: `PROG: error: ...`; PROG may be two words (`sglang serve: error: ...`).
 _ARGPARSE = re.compile(r"^(?:[\w./\-]+(?: [\w./\-]+)?: )?error: .+$")
 _FATAL = [re.compile(p) for p in (
@@ -82,7 +84,7 @@ def _owner(line: str) -> tuple[str, str]:
     """(the process a line belongs to, the line without its logger prefix): vLLM logs a child's
     traceback one logger line per traceback line, `(Worker pid=16050) ERROR 12-04 17:15:44
     [multiproc_executor.py:953]   File ...`, and children's lines interleave."""
-    m = _LOGGER_PREFIX.match(line)
+    m = _LOGGER_PREFIX.search(line)
     if m is None:
         return "", line
     return m.group("proc") or "", line[m.end():]

@@ -92,3 +92,23 @@ def test_doctors_hints_for_vllms_own_messages_name_vllms_flags(tmp_path):
     assert "python -m vllm.entrypoints.openai.api_server --help" in parser
     for hint in got:
         assert "--mem-fraction-static" not in hint and "sglang" not in hint.lower()
+
+
+def test_every_flag_doctor_advises_on_vllm_is_vllms():
+    """The serve parser specwatch checks flags with takes every flag doctor names for vLLM, and
+    the speculative-config fields and environment variable it names are vLLM's."""
+    import dataclasses
+
+    import vllm.envs
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    parser = make_arg_parser(FlexibleArgumentParser())
+    named = json.loads(subprocess.run([_check_specwatch_py(), "tests/advice_flags.py"],
+                                      capture_output=True, text=True, check=True,
+                                      cwd=ROOT).stdout)["vllm"]
+    assert "--gpu-memory-utilization" in named and "--max-num-seqs" in named
+    assert [f for f in named if f not in parser._option_string_actions] == []
+    fields = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+    assert {"num_speculative_tokens", "num_speculative_tokens_per_batch_size"} <= fields
+    assert "VLLM_LOG_STATS_INTERVAL" in vllm.envs.environment_variables

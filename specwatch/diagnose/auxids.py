@@ -82,15 +82,14 @@ def uses_aux_layers(row: dict) -> bool:
     return str(row["speculative_algorithm"] or "").lower() in aux_layers.AUX_METHODS
 
 
-def _readings(row: dict, ids: list[int], L: int) -> tuple[str, dict]:
-    """(whose rule: 'SGLang 0.5.23' / 'vLLM 0.34.0', {rule: Reading}) for the engine that served
+def _readings(row: dict, ids: list[int], L: int) -> tuple[str, str, dict]:
+    """(engine, the verified version whose rules apply, {rule: Reading}) for the engine that served
     the run (run_metrics.served_by; the built-in engine captures as SGLang does)."""
     arch = target_of(row)[0]
     if row["served_by"] == "vllm":
-        return (f"vLLM {aux_layers.vllm_version()}",
-                aux_layers.read(arch, ids, L, engine="vllm"))
+        return "vLLM", aux_layers.vllm_version(), aux_layers.read(arch, ids, L, engine="vllm")
     used, _ = aux_layers.rules_for(row["sglang_version"])
-    return f"SGLang {used}", aux_layers.read(arch, ids, L, row["sglang_version"])
+    return "SGLang", used, aux_layers.read(arch, ids, L, row["sglang_version"])
 
 
 def capture_text(row: dict, ids: list[int]) -> str | None:
@@ -100,16 +99,16 @@ def capture_text(row: dict, ids: list[int]) -> str | None:
     arch, L = target_of(row)
     if L is None:
         return None
-    whose, readings = _readings(row, ids, L)
+    engine, used, readings = _readings(row, ids, L)
     if len(readings) == 1:
         (rd,) = readings.values()
-        return (f"on {arch} ({L} layers; {whose} rule: {aux_layers.RULE_TEXT[rd.rule]}) ids "
+        return (f"on {arch} ({L} layers; {engine} {used} rule: {aux_layers.RULE_TEXT[rd.rule]}) ids "
                 f"{ids} capture the outputs {_fmt_outputs(rd.outputs)}")
     if not readings:
         return (f"the target's architecture ({arch or 'not in its config.json'}) has no verified "
-                f"{whose} rule, so which layers ids {ids} capture is not known here (vLLM captures "
-                f"at the ids as given in {', '.join(aux_layers.vllm_architectures())})")
-    used = whose.split()[-1]
+                f"{engine} {used} rule, so which layers ids {ids} capture is not known here "
+                f"(vLLM captures at the ids as given in "
+                f"{', '.join(aux_layers.vllm_architectures())})")
     parts = [f"{aux_layers.RULE_TEXT[n]}: {_fmt_outputs(rd.outputs)}" for n, rd in readings.items()]
     return (f"the target's architecture ({arch or 'not in its config.json'}) has no verified SGLang "
             f"rule, so which layers ids {ids} capture depends on its model class; the rules SGLang "
@@ -186,8 +185,7 @@ def _id_hints(row: dict) -> list[str]:
                 f"layers they capture is unknown: SGLang's rule depends on its architecture "
                 f"(Llama-family: output of layer id; DeepseekV2/V3, Kimi-K2.5, GLM-4-MoE-Lite: "
                 f"output of layer id-1 unless the first id is 1, and -1 captures nothing)"]
-    whose, readings = _readings(row, ids, L)
-    engine = whose.split()[0]
+    engine, _, readings = _readings(row, ids, L)
     hints = [capture_text(row, ids)]
     # the capture indices when the draft names no ids: SGLang's and vLLM's
     # (get_eagle3_default_aux_hidden_state_layers, interfaces.py 0.32) are the same

@@ -103,7 +103,8 @@ def check_queue(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
                                Evidence(nums, rows),
                                "the server cannot keep up with the offered load: throughput and "
                                "latency numbers are not steady-state; lower the request rate or "
-                               "concurrency, or raise --max-running-requests", row["config_offset"]))
+                               f"concurrency, or raise {flags.words(row)['max_running']}",
+                               row["config_offset"]))
             break
     return out
 
@@ -126,8 +127,8 @@ def check_kv(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
                     f"KV cache {top['token_usage_frac']:.0%} full with {len(events) + len(retracted)} retraction(s)",
                     Evidence(nums, rows),
                     "retracted requests are recomputed, which hides the speculation gain; lower "
-                    "--max-running-requests or --speculative-num-draft-tokens, or raise "
-                    "--mem-fraction-static", row["config_offset"])]
+                    f"{flags.words(row)['max_running']} or --speculative-num-draft-tokens, or raise "
+                    f"{flags.words(row)['memory_fraction']}", row["config_offset"])]
 
 
 def check_first_window(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]:
@@ -143,8 +144,9 @@ def check_first_window(ctx: Context, row: dict, ws: list[dict]) -> list[Finding]
                     "the summary rests on a single decode window per rank, the first after idle, whose "
                     "throughput includes warm-up/idle time and whose accept length can mix earlier steps",
                     Evidence(nums, tuple(window_ref(ctx, w, "only window (after idle)") for w in only[:MAX_EVIDENCE_ROWS])),
-                    "run longer (more output tokens or prompts) or lower --decode-log-interval so each "
-                    "rank prints several windows", row["config_offset"])]
+                    "run longer (more output tokens or prompts) or lower "
+                    f"{flags.words(row)['log_interval']} so each rank prints several windows",
+                    row["config_offset"])]
 
 
 # Known causes of a server that died before it was ready -> what to do (first match wins), in the
